@@ -1,0 +1,56 @@
+# fmha: `make deps && make`, then `bin/fmha.exe ...`; `make test`. See README.md.
+#
+# PLATFORM: amd (hipcc: gfx908, gfx90a, gfx942) or nvidia (nvcc: sm_90). Default: the GPU this
+# machine has; without one, amd if hipcc is installed, else nvidia.
+HIPCC ?= $(shell command -v hipcc)
+NVCC ?= $(or $(shell command -v nvcc),$(wildcard /usr/local/cuda/bin/nvcc))
+PLATFORM ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo nvidia; elif [ -e /dev/kfd ]; then echo amd; \
+                    elif [ -n "$(HIPCC)" ]; then echo amd; elif [ -n "$(NVCC)" ]; then echo nvidia; fi)
+# A Python with jinja2 (generator) and pytest (tests): Debian's, or whichever python3 has them.
+PYTHON ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import jinja2, pytest' 2>/dev/null && command -v $$p && break; done)
+JOBS ?= $(shell nproc)
+BUILD_DIR = build/$(PLATFORM)
+BINARIES = fmha.exe fmha_unit_tests fmha_gpu_tests
+
+ifeq ($(PLATFORM),amd)
+CMAKE_COMPILERS = -DCMAKE_CXX_COMPILER=$(HIPCC)
+else
+CMAKE_COMPILERS = -DCMAKE_CUDA_COMPILER=$(NVCC) -DCMAKE_CUDA_HOST_COMPILER=$(shell command -v g++)
+endif
+
+.PHONY: all deps generate configure build resources test list clean check-platform
+all: build
+
+deps:
+	@bash tools/deps.sh
+
+check-platform:
+	@case "$(PLATFORM)" in amd|nvidia) ;; *) echo "make: no platform: install hipcc or nvcc (make deps), or set PLATFORM=amd|nvidia" >&2; exit 1;; esac
+	@[ -n "$(PYTHON)" ] || { echo "make: no python3 with jinja2 and pytest (make deps)" >&2; exit 1; }
+
+# Re-renders the recorded catalogue selection (python3 setup.py ... to change it); only
+# changed files are rewritten, so Ninja rebuilds only what moved.
+generate: check-platform
+	@$(PYTHON) setup.py --refresh
+
+configure: generate
+	@[ -f $(BUILD_DIR)/build.ninja ] || cmake -S . -B $(BUILD_DIR) -G Ninja -DFMHA_PLATFORM=$(PLATFORM) \
+	  -DFMHA_PYTHON=$(PYTHON) $(CMAKE_COMPILERS)
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+	@mkdir -p bin && for b in $(BINARIES); do [ ! -f $(BUILD_DIR)/$$b ] || cp $(BUILD_DIR)/$$b bin/; done
+	@echo "make: $(PLATFORM) build in $(BUILD_DIR), binaries in bin/"
+
+# Each AMD kernel's VGPR/AGPR/SGPR, scratch, spills, LDS and occupancy; fails on any spill.
+resources: configure
+	@cmake --build $(BUILD_DIR) --target resources -j $(JOBS)
+
+test: build $(if $(filter amd,$(PLATFORM)),resources)
+	FMHA_BIN_DIR=$(BUILD_DIR) $(PYTHON) -m pytest fmha_test.py -ra
+
+list: check-platform
+	@$(PYTHON) setup.py --refresh --list
+
+clean:
+	rm -rf build bin generated

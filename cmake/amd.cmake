@@ -1,0 +1,93 @@
+# AMD: hipcc (CMAKE_CXX_COMPILER) for everything. Host-only files are compiled with
+# --offload-host-only; device files once per target; each catalogue kernel only for its arch.
+
+# Picks the first offload target of an arch that this hipcc knows (gfx942 needs ROCm >= 5.7;
+# older toolchains compile CDNA3 as gfx940 and the configure log says so).
+function(fmha_pick_target arch out)
+  foreach(target ${FMHA_ARCH_TARGETS_${arch}})
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} --offload-arch=${target} --offload-device-only -x hip
+                            -c /dev/null -o /dev/null
+                    RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+    if(rc EQUAL 0)
+      list(GET FMHA_ARCH_TARGETS_${arch} 0 preferred)
+      if(NOT target STREQUAL preferred)
+        message(STATUS "fmha: ${CMAKE_CXX_COMPILER} does not know ${preferred}: ${arch} kernels are compiled for ${target} (same ISA)")
+      endif()
+      set(${out} ${target} PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  message(FATAL_ERROR "fmha: ${CMAKE_CXX_COMPILER} knows none of ${FMHA_ARCH_TARGETS_${arch}} for ${arch}")
+endfunction()
+
+set(AMD_TARGETS)
+set(KERNEL_OBJECTS)
+set(RESOURCE_REPORTS)
+set(HIP_DEVICE_FLAGS -O3 -fno-gpu-rdc)  # the flags kernels are built with (no fast-math: masks rely on -inf)
+set(INCLUDE_FLAGS)
+foreach(dir ${INCLUDE_DIRS})
+  list(APPEND INCLUDE_FLAGS -I${dir})
+endforeach()
+foreach(arch ${PLATFORM_ARCHS})
+  fmha_pick_target(${arch} target)
+  list(APPEND AMD_TARGETS ${target})
+  list(LENGTH FMHA_KERNELS_${arch} count)
+  message(STATUS "fmha: ${arch}: ${count} kernels, offload target ${target}")
+  if(FMHA_KERNELS_${arch})
+    add_library(kernels_${arch} OBJECT ${FMHA_KERNELS_${arch}})
+    set_source_files_properties(${FMHA_KERNELS_${arch}} PROPERTIES LANGUAGE CXX)
+    target_include_directories(kernels_${arch} PRIVATE ${INCLUDE_DIRS})
+    target_compile_options(kernels_${arch} PRIVATE -x hip --offload-arch=${target} ${HIP_DEVICE_FLAGS})
+    list(APPEND KERNEL_OBJECTS $<TARGET_OBJECTS:kernels_${arch}>)
+    # The compiler's resource report of each kernel (device-only compile, same flags).
+    foreach(source ${FMHA_KERNELS_${arch}})
+      get_filename_component(name ${source} NAME_WE)
+      set(report ${CMAKE_BINARY_DIR}/resources/${name}.txt)
+      add_custom_command(OUTPUT ${report}
+        COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/resources
+        COMMAND sh -c "\"$0\" \"$@\" > ${report} 2>&1 || { cat ${report}; exit 1; }"
+                ${CMAKE_CXX_COMPILER} -std=c++17 -x hip --offload-arch=${target} --offload-device-only
+                ${HIP_DEVICE_FLAGS} ${INCLUDE_FLAGS} -Rpass-analysis=kernel-resource-usage -c ${source} -o /dev/null
+        DEPENDS ${source} VERBATIM)
+      list(APPEND RESOURCE_REPORTS ${report})
+    endforeach()
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES AMD_TARGETS)
+string(REPLACE ";" ", " targets_text "${AMD_TARGETS}")
+message(STATUS "fmha: AMD offload targets: ${targets_text}")
+
+set(OFFLOAD_ALL)
+foreach(target ${AMD_TARGETS})
+  list(APPEND OFFLOAD_ALL --offload-arch=${target})
+endforeach()
+list(GET AMD_TARGETS 0 FIRST_TARGET)
+
+set(HOST_FILE_FLAGS --offload-arch=${FIRST_TARGET} --offload-host-only)
+set_source_files_properties(${HOST_SOURCES} src/tool/fmha_main.cpp PROPERTIES COMPILE_OPTIONS "${HOST_FILE_FLAGS}")
+
+function(fmha_mark_device_sources)
+  set_source_files_properties(${ARGN} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-x;hip;${OFFLOAD_ALL};${HIP_DEVICE_FLAGS}")
+endfunction()
+fmha_mark_device_sources(${DEVICE_SOURCES})
+
+# Host-only test files: the same host-only flags.
+function(fmha_platform_setup target)
+  get_target_property(sources ${target} SOURCES)
+  foreach(source ${sources})
+    if(source MATCHES "\\.cpp$")
+      get_source_file_property(opts ${source} COMPILE_OPTIONS)
+      if(NOT opts)
+        set_source_files_properties(${source} PROPERTIES COMPILE_OPTIONS "${HOST_FILE_FLAGS}")
+      endif()
+    endif()
+  endforeach()
+  # The link step must name a target, or hipcc probes for a GPU.
+  target_link_options(${target} PRIVATE --offload-arch=${FIRST_TARGET})
+endfunction()
+function(fmha_device_target target)
+endfunction()
+
+add_custom_target(resources
+  COMMAND ${FMHA_PYTHON} ${CMAKE_SOURCE_DIR}/tools/resources.py ${CMAKE_BINARY_DIR}/resources
+  DEPENDS ${RESOURCE_REPORTS} USES_TERMINAL)

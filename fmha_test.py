@@ -1,0 +1,205 @@
+"""The project's test suite, in one pytest run (`make test`):
+
+- the generator's tests (generator/tests);
+- every GoogleTest case of the unit and GPU binaries, one pytest item each;
+- fmha.exe: bad input (no GPU needed) and a matrix of shapes checked against the reference (GPU).
+
+The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
+machine has no GPU.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from generator.tests.test_generator import *  # noqa: F401,F403  (the generator's tests)
+
+REPO = Path(__file__).resolve().parent
+BIN = Path(os.environ.get("FMHA_BIN_DIR", REPO / "bin"))
+FMHA = BIN / "fmha.exe"
+
+
+def fmha(*args, timeout=600):
+    return subprocess.run([str(FMHA), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def device_line():
+    if not FMHA.exists():
+        return "no fmha.exe"
+    return next((line for line in fmha("-list").stdout.splitlines() if line.startswith("Device")), "no device line")
+
+
+DEVICE = device_line()
+HAS_GPU = FMHA.exists() and "none (" not in DEVICE
+needs_gpu = pytest.mark.skipif(not HAS_GPU, reason=f"no GPU: {DEVICE}")
+
+
+# ---------------------------------------------------------------- GoogleTest binaries
+
+def gtest_cases(binary):
+    """The test names a GoogleTest binary holds (collected without running it)."""
+    path = BIN / binary
+    if not path.exists():
+        return [f"{binary}-missing"]
+    listing = subprocess.run([str(path), "--gtest_list_tests"], capture_output=True, text=True).stdout
+    cases, suite = [], None
+    for line in listing.splitlines():
+        line = line.split("#")[0].rstrip()
+        if line and not line.startswith(" "):
+            suite = line.rstrip(".")
+        elif line.strip():
+            cases.append(f"{suite}.{line.strip()}")
+    return cases
+
+
+@pytest.fixture(scope="session")
+def gtest_results(tmp_path_factory):
+    """Runs each GoogleTest binary once; returns {binary: {test: (status, message)}}."""
+    results = {}
+    for binary in ("fmha_unit_tests", "fmha_gpu_tests"):
+        path = BIN / binary
+        if not path.exists():
+            continue
+        report = tmp_path_factory.mktemp("gtest") / f"{binary}.json"
+        run = subprocess.run([str(path), f"--gtest_output=json:{report}"], capture_output=True, text=True)
+        cases = {}
+        if report.exists():
+            for suite in json.loads(report.read_text())["testsuites"]:
+                for test in suite["testsuite"]:
+                    failures = "\n".join(f["failure"] for f in test.get("failures", []))
+                    status = "failed" if failures else ("skipped" if test.get("result") == "SKIPPED" else "passed")
+                    skip = re.search(r"Skipped\n(.*)", run.stdout + failures)
+                    cases[f"{suite['name']}.{test['name']}"] = (status, failures or (skip.group(1) if skip else ""))
+        results[binary] = (cases, run.stdout[-4000:] + run.stderr[-4000:])
+    return results
+
+
+def check_gtest(gtest_results, binary, case):
+    assert not case.endswith("-missing"), f"{BIN / binary} was not built (is libgtest-dev installed?)"
+    cases, output = gtest_results[binary]
+    assert case in cases, f"{case} did not run:\n{output}"
+    status, message = cases[case]
+    if status == "skipped":
+        pytest.skip(message or "skipped by GoogleTest (no GPU)")
+    assert status == "passed", message
+
+
+@pytest.mark.parametrize("case", gtest_cases("fmha_unit_tests"))
+def test_unit(gtest_results, case):
+    check_gtest(gtest_results, "fmha_unit_tests", case)
+
+
+@pytest.mark.parametrize("case", gtest_cases("fmha_gpu_tests"))
+def test_gpu(gtest_results, case):
+    check_gtest(gtest_results, "fmha_gpu_tests", case)
+
+
+# ---------------------------------------------------------------- fmha.exe without a GPU
+
+@pytest.mark.parametrize("args, message", [
+    (["-bogus"], "unknown flag '-bogus'"),
+    (["-b"], "needs a value"),
+    (["-b", "two"], "expects an integer"),
+    (["-b", "0"], "batch (-b) must be positive"),
+    (["-s", "-5"], "seqlen_kv (-s) must be positive"),
+    (["-d", "0"], "head_dim (-d) must be positive"),
+    (["-h", "32", "-gqa", "5"], "must be a multiple of KV heads"),
+    (["-s", "4", "-s-q", "8", "-causal-mask"], "leaves the first 4 query rows"),
+    (["-layout", "qkv-packed", "-h", "8", "-gqa", "2"], "packed QKV layout"),
+    (["-runs", "0"], "-runs must be at least 1"),
+    (["-scale-bmm1", "inf"], "finite number"),
+    (["-d", "72"], "--head-dims 72"),
+    (["-d", "96", "-bf16"], "nearest kernels"),
+    (["-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_gfx1100"], "not in this build's catalogue"),
+])
+def test_bad_input_exits_2_with_a_message(args, message):
+    result = fmha(*args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and "terminate" not in result.stderr
+
+
+def test_help_lists_the_flags_and_exits_0():
+    result = fmha("-help")
+    assert result.returncode == 0
+    for flag in ("-s-q", "-gqa", "-causal-mask", "-save-tensors", "-kernel", "bottom-right"):
+        assert flag in result.stdout
+
+
+def test_list_matches_the_generator():
+    """The C++ table and the Python catalogue agree on every name (one naming rule)."""
+    result = fmha("-list")
+    assert result.returncode == 0
+    listed = {line.split()[0] for line in result.stdout.splitlines() if line.startswith("fmha_fwd_")}
+    generated = subprocess.run([sys.executable, "setup.py", "--refresh", "--list"], cwd=REPO, capture_output=True,
+                               text=True, check=True).stdout.split()
+    platform = "nvidia" if any(n.endswith("_sm90") for n in listed) else "amd"
+    expected = {n for n in generated if n.endswith("_sm90") == (platform == "nvidia")}
+    assert listed == expected
+
+
+@pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")
+def test_no_gpu_is_reported_with_exit_3():
+    result = fmha("-b", "2", "-h", "2", "-s", "8", "-d", "64")
+    assert result.returncode == 3
+    assert "no GPU found" in result.stderr
+
+
+# ---------------------------------------------------------------- fmha.exe on the GPU
+
+HEADLINE = ["-b", "30720", "-s", "2", "-fp16"]
+GPU_RUNS = {
+    "spec_config_1": HEADLINE + ["-s-q", "1", "-d", "256", "-h", "16"],
+    "spec_config_2": HEADLINE + ["-s-q", "1", "-d", "128", "-h", "16"],
+    "spec_config_3": HEADLINE + ["-s-q", "1", "-d", "256", "-h", "32"],
+    "spec_config_4": HEADLINE + ["-s-q", "1", "-d", "128", "-h", "32"],
+    "headline_s2": HEADLINE + ["-d", "256", "-h", "32"],
+    "headline_gqa": HEADLINE + ["-s-q", "1", "-d", "128", "-h", "32", "-gqa", "8"],
+    "headline_bf16_mqa": ["-b", "30720", "-s", "2", "-s-q", "1", "-d", "128", "-h", "16", "-mqa", "-bf16"],
+    "odd_prefill_causal": ["-b", "3", "-h", "6", "-gqa", "2", "-s", "333", "-s-q", "77", "-d", "64", "-causal-mask"],
+    "prefill_bshd": ["-b", "2", "-h", "8", "-s", "1000", "-d", "128", "-layout", "bshd", "-bf16"],
+    "prefill_packed": ["-b", "2", "-h", "4", "-s", "513", "-d", "256", "-layout", "qkv-packed", "-causal-mask"],
+    "sliding_window": ["-b", "2", "-h", "4", "-s", "700", "-d", "64", "-sliding-window-size", "100"],
+    "variable_lengths": ["-b", "7", "-h", "4", "-s", "300", "-min-s", "1", "-d", "128", "-causal-mask"],
+    "long_decode": ["-b", "4", "-h", "8", "-gqa", "2", "-s", "16384", "-s-q", "1", "-d", "128"],
+}
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(GPU_RUNS))
+def test_fmha_exe_checks_succeed(name):
+    result = fmha(*GPU_RUNS[name], "-runs", "3", "-warm-up-runs", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Checks........: SUCCESS" in result.stdout
+    assert re.search(r"Elapsed \.+: [\d.]+ us \([\d.]+x\), [\d.]+ Tflop/s, [\d.]+ GB/s", result.stdout)
+
+
+@needs_gpu
+def test_not_enough_memory_says_how_much():
+    result = fmha("-b", "100000", "-h", "64", "-s", "8192", "-d", "256", "-skip-checks")
+    assert result.returncode == 3
+    assert re.search(r"needs [\d.]+ GiB", result.stderr)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["-fp16", "-bf16"])
+def test_saved_tensors_check_independently_with_numpy(tmp_path, dtype):
+    np = pytest.importorskip("numpy")
+    result = fmha("-b", "2", "-h", "4", "-gqa", "2", "-s", "37", "-s-q", "5", "-d", "64", "-causal-mask", dtype,
+                  "-save-tensors", tmp_path, "-runs", "1")
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    q, k, v, o = (np.load(tmp_path / f"{n}.npy").astype(np.float64) for n in "qkvo")
+    assert q.shape == (2, 4, 5, 64) and k.shape == (2, 2, 37, 64) and o.shape == q.shape
+    k, v = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)  # each KV head serves 2 query heads
+    scores = np.einsum("bhid,bhjd->bhij", q, k) * meta["scale"]
+    i, j = np.arange(5)[:, None], np.arange(37)[None, :]
+    scores = np.where(j <= i + 37 - 5, scores, -np.inf)  # bottom-right causal
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    expected = np.einsum("bhij,bhjd->bhid", p / p.sum(-1, keepdims=True), v)
+    tolerance = 2e-3 if dtype == "-fp16" else 1e-2
+    assert np.abs(o - expected).max() < tolerance

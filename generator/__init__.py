@@ -1,0 +1,1 @@
+"""fmha kernel catalogue generator: config tuples -> HIP sources + kernel table."""

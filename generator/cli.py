@@ -1,0 +1,89 @@
+"""python3 setup.py: the generator's command line."""
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+from .archs import ARCHS
+from .catalogue import DEFAULT_AXES, FAMILIES, KernelConfig, enumerate_configs
+from .render import write_all
+
+REPO = Path(__file__).resolve().parent.parent
+AXIS_OPTIONS = {  # option -> (axis, value parser)
+    "dtypes": ("dtype", str),
+    "head_dims": ("head_dim", int),
+    "heads": ("heads", str),
+    "masks": ("mask", str),
+    "families": ("family", str),
+    "archs": ("arch", str),
+}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="setup.py",
+        description="Generate the fmha kernel catalogue: one HIP source per config tuple plus "
+                    "the kernel tables, under generated/. Axis options ADD values to the "
+                    "default axes (e.g. --head-dims 96); the selection is recorded in "
+                    "generated/selection.json and reused by --refresh (what `make` runs).")
+    p.add_argument("--list", action="store_true", help="print the selected kernel names; write nothing")
+    p.add_argument("--filter", default="*", metavar="GLOB",
+                   help="keep only kernels whose name matches this fnmatch glob")
+    p.add_argument("--only", action="store_true",
+                   help="axis options replace the default values instead of adding to them")
+    p.add_argument("--refresh", action="store_true",
+                   help="re-render the selection recorded in generated/selection.json "
+                        "(the default catalogue when there is none)")
+    p.add_argument("--out", default=str(REPO / "generated"), help="output folder (default: generated/)")
+    for option, (axis, kind) in AXIS_OPTIONS.items():
+        p.add_argument("--" + option.replace("_", "-"), nargs="+", type=kind, default=[],
+                       metavar=axis.upper(), help=f"{axis} values (default: "
+                       f"{' '.join(map(str, DEFAULT_AXES[axis]))})")
+    return p.parse_args(argv)
+
+
+def selection_from_args(args):
+    recorded = Path(args.out) / "selection.json"
+    if args.refresh:
+        return json.loads(recorded.read_text()) if recorded.exists() else {"add": {}, "only": False, "filter": "*"}
+    add = {axis: getattr(args, option) for option, (axis, _) in AXIS_OPTIONS.items()
+           if getattr(args, option)}
+    return {"add": add, "only": args.only, "filter": args.filter}
+
+
+def axes_of(selection):
+    axes = {}
+    for axis, defaults in DEFAULT_AXES.items():
+        extra = selection["add"].get(axis, [])
+        values = list(extra) if selection["only"] and extra else list(defaults) + list(extra)
+        axes[axis] = tuple(dict.fromkeys(values))  # de-duplicated, order kept
+    return axes
+
+
+def summary(configs):
+    counts = {axis: collections.Counter(getattr(c, axis) for c in configs) for axis in DEFAULT_AXES}
+    lines = [f"{len(configs)} kernels"]
+    for axis, counter in counts.items():
+        lines.append(f"  {axis:9s} " + ", ".join(f"{v}: {n}" for v, n in sorted(counter.items(), key=str)))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    selection = selection_from_args(args)
+    try:
+        configs = enumerate_configs(axes_of(selection), selection["filter"])
+    except ValueError as error:
+        print(f"setup.py: {error}", file=sys.stderr)
+        return 2
+    if not configs:
+        print(f"setup.py: no kernel matches the selection {json.dumps(selection)}", file=sys.stderr)
+        return 2
+    if args.list:
+        print("\n".join(c.name for c in configs))
+        return 0
+    written, removed = write_all(args.out, configs, selection)
+    print(f"setup.py: {summary(configs)}\n  wrote {written} changed file(s), removed {removed} "
+          f"stale kernel(s) in {args.out}")
+    return 0

@@ -1,0 +1,134 @@
+"""Tests of the generator: catalogue, names, validation, rendering, and the command line."""
+import json
+
+import jinja2
+import pytest
+
+from generator import cli
+from generator.archs import ARCHS
+from generator.catalogue import (DEFAULT_AXES, DTYPES, FAMILIES, HEADS_KINDS, MASKS, KernelConfig,
+                                 enumerate_configs, validate)
+from generator.render import environment, render_all, write_all
+
+
+def default_configs():
+    return enumerate_configs(DEFAULT_AXES)
+
+
+def test_default_catalogue_is_the_full_product():
+    configs = default_configs()
+    assert len(configs) == 2 * 3 * 3 * 2 * len(FAMILIES) * len(ARCHS)
+    assert {c.head_dim for c in configs} == {64, 128, 256}
+    assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "sm90"}
+
+
+def test_name_lists_every_field_in_order_and_round_trips():
+    config = KernelConfig("fp16", 256, "mha", "nomask", "prefill", "gfx942")
+    assert config.name == "fmha_fwd_fp16_d256_mha_nomask_prefill_gfx942"
+    for config in default_configs():
+        assert KernelConfig.from_name(config.name) == config
+
+
+def test_tokens_are_unique_across_fields():
+    tokens = list(DTYPES) + list(HEADS_KINDS) + list(MASKS) + list(FAMILIES) + list(ARCHS)
+    assert len(tokens) == len(set(tokens))
+    assert not any(t.startswith("d") and t[1:].isdigit() for t in tokens)  # head_dim's form
+
+
+@pytest.mark.parametrize("name", [
+    "fmha_fwd_fp16_d256_mha_nomask_prefill",            # a field missing
+    "fmha_fwd_fp32_d256_mha_nomask_prefill_gfx942",     # unknown dtype
+    "fmha_fwd_fp16_d250_mha_nomask_prefill_gfx942",     # not a multiple of 8
+    "fmha_fwd_fp16_256_mha_nomask_prefill_gfx942",      # head_dim without its d
+    "fmha_fwd_fp16_d256_nomask_mha_prefill_gfx942",     # fields out of order
+    "attn_fwd_fp16_d256_mha_nomask_prefill_gfx942",
+])
+def test_malformed_names_are_rejected(name):
+    with pytest.raises(ValueError):
+        KernelConfig.from_name(name)
+
+
+def test_validation_explains_what_is_wrong():
+    assert validate(KernelConfig("fp16", 96, "gqa", "causal", "prefill", "sm90")) == []
+    assert "head_dim 100" in validate(KernelConfig("fp16", 100, "mha", "nomask", "prefill", "sm90"))[0]
+    assert "head_dim 512" in validate(KernelConfig("fp16", 512, "mha", "nomask", "prefill", "sm90"))[0]
+    assert "unknown arch" in validate(KernelConfig("fp16", 64, "mha", "nomask", "prefill", "gfx1100"))[0]
+
+
+def test_invalid_added_values_are_an_error_not_dropped():
+    axes = dict(DEFAULT_AXES, head_dim=(64, 100))
+    with pytest.raises(ValueError, match="head_dim 100"):
+        enumerate_configs(axes)
+
+
+def test_filter_glob():
+    configs = enumerate_configs(DEFAULT_AXES, "*_fp16_d128_*_sm90")
+    assert len(configs) == 3 * 2
+    assert all(c.dtype == "fp16" and c.head_dim == 128 and c.arch == "sm90" for c in configs)
+
+
+def test_templates_fail_on_undefined_variables():
+    env = environment()
+    assert env.undefined is jinja2.StrictUndefined
+    with pytest.raises(jinja2.UndefinedError):
+        env.get_template("kernel.hip.j2").render()
+
+
+def test_rendered_kernel_is_short_and_names_its_tuple():
+    config = KernelConfig("bf16", 128, "gqa", "causal", "prefill", "gfx90a")
+    files = render_all([config], {"add": {}, "only": False, "filter": "*"})
+    source = files[f"kernels/{config.name}.hip"]
+    assert f"hipError_t {config.name}(const FwdParams& params" in source
+    assert "KernelConfig<DType::bf16, 128, HeadsKind::gqa" in source
+    assert "Mask::causal, Arch::gfx90a>" in source
+    assert "#define" not in source
+    assert len(source.splitlines()) < 25
+    table = files["kernel_table_amd.cpp"]
+    assert f"&{config.name}}}" in table
+    assert config.name not in files["kernel_table_nvidia.cpp"]
+
+
+def test_writes_only_changed_files_and_removes_stale_kernels(tmp_path):
+    selection = {"add": {}, "only": False, "filter": "*"}
+    configs = enumerate_configs(DEFAULT_AXES, "*_fp16_d64_*")
+    written, removed = write_all(tmp_path, configs, selection)
+    assert written == len(configs) + 5 and removed == 0
+    assert write_all(tmp_path, configs, selection) == (0, 0)
+    fewer = [c for c in configs if c.arch == "sm90"]
+    written, removed = write_all(tmp_path, fewer, selection)
+    assert removed == len(configs) - len(fewer)
+    assert sorted(p.stem for p in (tmp_path / "kernels").glob("*.hip")) == sorted(c.name for c in fewer)
+
+
+def test_cli_list_writes_nothing(tmp_path, capsys):
+    assert cli.main(["--list", "--out", str(tmp_path)]) == 0
+    assert len(capsys.readouterr().out.split()) == len(default_configs())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_adds_a_head_dim_and_refresh_keeps_it(tmp_path, capsys):
+    out = str(tmp_path)
+    assert cli.main(["--head-dims", "96", "--out", out]) == 0
+    names = {p.stem for p in (tmp_path / "kernels").glob("*.hip")}
+    assert len(names) == len(default_configs()) + 2 * 3 * 2 * len(ARCHS)
+    assert "fmha_fwd_fp16_d96_gqa_causal_prefill_sm90" in names
+    assert json.loads((tmp_path / "selection.json").read_text())["add"] == {"head_dim": [96]}
+    assert cli.main(["--refresh", "--out", out]) == 0
+    assert {p.stem for p in (tmp_path / "kernels").glob("*.hip")} == names
+    assert "96" in (tmp_path / "fmha_catalogue.h").read_text().split("kCatalogueHeadDims")[1].split(";")[0]
+
+
+def test_cli_only_replaces_the_defaults(tmp_path, capsys):
+    assert cli.main(["--only", "--head-dims", "96", "--archs", "sm90", "--list", "--out", str(tmp_path)]) == 0
+    names = capsys.readouterr().out.split()
+    assert len(names) == 2 * 3 * 2 and all("_d96_" in n and n.endswith("_sm90") for n in names)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--head-dims", "100"], "head_dim 100"),
+    (["--archs", "gfx1100"], "unknown arch"),
+    (["--filter", "nothing*"], "no kernel matches"),
+])
+def test_cli_errors_exit_2_with_a_reason(tmp_path, capsys, argv, message):
+    assert cli.main(argv + ["--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,32 @@
+// The heuristic table: which catalogue kernel runs a problem on an arch, and why.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fmha/kernel_table.h"
+#include "fmha/problem.h"
+
+namespace fmha {
+
+struct Selection {
+    const KernelEntry* entry = nullptr;  // nullptr: nothing in the catalogue runs it
+    std::string reason;                  // why this kernel (or why none)
+};
+
+// Whether kernel `key` computes `problem` correctly (arch aside); why not otherwise.
+bool kernel_supports(const KernelKey& key, const Problem& problem, std::string* why_not = nullptr);
+
+// The preferred kernel of this build's table for the problem on `arch`.
+Selection select_kernel(const Problem& problem, Arch arch);
+
+// Whether any arch of this build has a kernel for the problem (checked before any GPU is touched).
+bool catalogue_covers(const Problem& problem);
+
+// Up to `count` names from the table closest to the problem, best first (for error messages).
+std::vector<std::string> nearest_kernels(const Problem& problem, size_t count = 3);
+
+// The generator command that adds what the problem needs to the catalogue.
+std::string regenerate_command(const Problem& problem);
+
+}  // namespace fmha

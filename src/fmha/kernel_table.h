@@ -1,0 +1,26 @@
+// The kernel table: generated rows (generated/kernel_table_<platform>.cpp), exact-key lookup.
+#pragma once
+
+#include <hip/hip_runtime_api.h>
+
+#include <vector>
+
+#include "fmha/kernel_key.h"
+#include "fmha/params.h"
+
+namespace fmha {
+
+using LaunchFn = hipError_t (*)(const FwdParams& params, hipStream_t stream);
+
+struct KernelEntry {
+    KernelKey key;
+    LaunchFn launch;
+};
+
+// Every kernel this build holds (one platform's archs).
+const std::vector<KernelEntry>& kernel_table();
+
+// The entry with exactly this key, or nullptr.
+const KernelEntry* find_kernel(const KernelKey& key);
+
+}  // namespace fmha

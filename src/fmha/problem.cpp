@@ -1,0 +1,162 @@
+#include "fmha/problem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace fmha {
+
+const char* layout_token(Layout layout) {
+    switch (layout) {
+        case Layout::bhsd: return "bhsd";
+        case Layout::bshd: return "bshd";
+        case Layout::qkv_packed: return "qkv-packed";
+    }
+    return "?";
+}
+
+bool parse_layout(const std::string& text, Layout* layout) {
+    for (Layout l : {Layout::bhsd, Layout::bshd, Layout::qkv_packed}) {
+        if (text == layout_token(l)) {
+            *layout = l;
+            return true;
+        }
+    }
+    return false;
+}
+
+HeadsKind Problem::heads_kind() const {
+    if (heads_kv == heads_q) return HeadsKind::mha;
+    return heads_kv == 1 ? HeadsKind::mqa : HeadsKind::gqa;
+}
+
+float Problem::softmax_scale() const {
+    return scale != 0.f ? scale : 1.f / std::sqrt(static_cast<float>(head_dim));
+}
+
+int Problem::effective_window() const {
+    return window > 0 ? std::min(window, seqlen_kv) : seqlen_kv;
+}
+
+std::vector<std::string> Problem::validate() const {
+    std::vector<std::string> errors;
+    auto positive = [&](const char* what, int value) {
+        if (value <= 0) errors.push_back(std::string(what) + " must be positive (got " + std::to_string(value) + ")");
+    };
+    positive("batch (-b)", batch);
+    positive("heads (-h)", heads_q);
+    positive("KV heads (-gqa)", heads_kv);
+    positive("seqlen_q (-s-q)", seqlen_q);
+    positive("seqlen_kv (-s)", seqlen_kv);
+    positive("head_dim (-d)", head_dim);
+    if (!errors.empty()) return errors;
+
+    if (heads_q % heads_kv != 0)
+        errors.push_back("heads (" + std::to_string(heads_q) + ") must be a multiple of KV heads (" +
+                         std::to_string(heads_kv) + ")");
+    if (causal && seqlen_q > seqlen_kv)
+        errors.push_back("causal mask with seqlen_q (" + std::to_string(seqlen_q) + ") > seqlen_kv (" +
+                         std::to_string(seqlen_kv) + "): bottom-right alignment leaves the first " +
+                         std::to_string(seqlen_q - seqlen_kv) + " query rows no key to attend to");
+    if (window < 0) errors.push_back("sliding window size must be positive (got " + std::to_string(window) + ")");
+    if (window > 0 && !causal) errors.push_back("a sliding window needs the causal mask");
+    if (!std::isfinite(scale)) errors.push_back("softmax scale (-scale-bmm1) must be finite");
+    if (layout == Layout::qkv_packed && (seqlen_q != seqlen_kv || heads_q != heads_kv))
+        errors.push_back("the packed QKV layout needs seqlen_q == seqlen_kv and heads == KV heads");
+
+    // Every element offset must fit in 63 bits (kernels index with int64).
+    const double largest = static_cast<double>(batch) * std::max(seqlen_q, seqlen_kv) *
+                           std::max(heads_q, heads_kv) * head_dim * 3.0;
+    if (largest >= 9.0e18) errors.push_back("tensor sizes overflow 64-bit element offsets");
+    return errors;
+}
+
+std::string Problem::describe() const {
+    std::ostringstream s;
+    s << "b=" << batch << " h=" << heads_q << " h_kv=" << heads_kv << " (" << token(heads_kind())
+      << ") s_q=" << seqlen_q << " s_kv=" << seqlen_kv << " d=" << head_dim << " " << token(dtype) << " "
+      << (causal ? "causal (bottom-right)" : "no mask");
+    if (window > 0) s << " window=" << window;
+    s << " scale=" << softmax_scale() << " layout=" << layout_token(layout);
+    return s.str();
+}
+
+BufferSizes buffer_sizes(const Problem& p) {
+    const int64_t q = int64_t(p.batch) * p.heads_q * p.seqlen_q * p.head_dim;
+    const int64_t kv = int64_t(p.batch) * p.heads_kv * p.seqlen_kv * p.head_dim;
+    if (p.layout == Layout::qkv_packed) return {3 * q, 0, 0, q};
+    return {q, kv, kv, q};
+}
+
+LayoutStrides layout_strides(const Problem& p) {
+    const int64_t d = p.head_dim;
+    LayoutStrides s;
+    switch (p.layout) {
+        case Layout::bhsd:
+            s.q = {p.heads_q * p.seqlen_q * d, p.seqlen_q * d, d};
+            s.k = s.v = {p.heads_kv * p.seqlen_kv * d, p.seqlen_kv * d, d};
+            s.o = s.q;
+            break;
+        case Layout::bshd:
+            s.q = {p.seqlen_q * p.heads_q * d, d, p.heads_q * d};
+            s.k = s.v = {p.seqlen_kv * p.heads_kv * d, d, p.heads_kv * d};
+            s.o = s.q;
+            break;
+        case Layout::qkv_packed:
+            s.q = s.k = s.v = {p.seqlen_q * 3 * p.heads_q * d, d, 3 * p.heads_q * d};
+            s.k_offset = p.heads_q * d;
+            s.v_offset = 2 * p.heads_q * d;
+            s.o = {p.seqlen_q * p.heads_q * d, d, p.heads_q * d};
+            break;
+    }
+    return s;
+}
+
+KeyRange visible_keys(const Problem& p, int64_t i, int64_t len_q, int64_t len_kv) {
+    if (!p.causal) return {0, len_kv - 1};
+    const int64_t diagonal = i + len_kv - len_q;
+    const int64_t window = p.effective_window();
+    return {std::max<int64_t>(0, diagonal - window + 1), std::min(len_kv - 1, diagonal)};
+}
+
+namespace {
+
+// Calls visit(len_q, len_kv, sequences) once per distinct sequence shape.
+template <class Visit>
+void for_each_sequence(const Problem& p, const SeqLens& lens, Visit visit) {
+    if (lens.kv.empty()) {
+        visit(p.seqlen_q, p.seqlen_kv, p.batch);
+        return;
+    }
+    for (size_t b = 0; b < lens.kv.size(); ++b) visit(lens.q[b], lens.kv[b], 1);
+}
+
+}  // namespace
+
+double flop_count(const Problem& p, const SeqLens& lens) {
+    double pairs = 0;  // (query row, visible key) pairs over all sequences, per head
+    for_each_sequence(p, lens, [&](int64_t len_q, int64_t len_kv, int64_t sequences) {
+        double per_sequence = 0;
+        for (int64_t i = 0; i < len_q; ++i) {
+            const KeyRange r = visible_keys(p, i, len_q, len_kv);
+            per_sequence += static_cast<double>(std::max<int64_t>(0, r.last - r.first + 1));
+        }
+        pairs += per_sequence * sequences;
+    });
+    return pairs * p.heads_q * 4.0 * p.head_dim;
+}
+
+double byte_count(const Problem& p, const SeqLens& lens) {
+    double q_rows = 0, kv_rows = 0;
+    for_each_sequence(p, lens, [&](int64_t len_q, int64_t len_kv, int64_t sequences) {
+        // Visible ranges move monotonically with i: their union is [first of row 0, last of the last row].
+        const int64_t first = visible_keys(p, 0, len_q, len_kv).first;
+        const int64_t last = visible_keys(p, len_q - 1, len_q, len_kv).last;
+        q_rows += static_cast<double>(len_q) * sequences;
+        kv_rows += static_cast<double>(std::max<int64_t>(0, last - first + 1)) * sequences;
+    });
+    const double row_bytes = static_cast<double>(p.head_dim) * bytes_of(p.dtype);
+    return row_bytes * (2.0 * q_rows * p.heads_q + 2.0 * kv_rows * p.heads_kv);
+}
+
+}  // namespace fmha

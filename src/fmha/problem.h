@@ -1,0 +1,75 @@
+// One attention problem as a user states it: sizes, types, mask, layout. Validation, the
+// layout's strides, and the honest FLOP and byte counts live here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fmha/kernel_key.h"
+#include "fmha/params.h"
+
+namespace fmha {
+
+enum class Layout {
+    bhsd,        // Q [b, h, s, d], K/V [b, h_kv, s_kv, d]: the seed's layout (default)
+    bshd,        // token-major: Q [b, s, h, d], K/V [b, s_kv, h_kv, d]
+    qkv_packed,  // FMHA_v2's packed QKV [b, s, 3, h, d]; O [b, s, h, d]
+};
+const char* layout_token(Layout layout);
+bool parse_layout(const std::string& text, Layout* layout);
+
+struct Problem {
+    DType dtype = DType::fp16;
+    int batch = 1;
+    int heads_q = 1;
+    int heads_kv = 1;
+    int seqlen_q = 1;
+    int seqlen_kv = 1;
+    int head_dim = 64;
+    bool causal = false;
+    int window = 0;       // causal sliding window in keys; 0 = none
+    float scale = 0.f;    // 0 = 1/sqrt(head_dim)
+    Layout layout = Layout::bhsd;
+
+    HeadsKind heads_kind() const;
+    Mask mask() const { return causal ? Mask::causal : Mask::nomask; }
+    float softmax_scale() const;
+    int effective_window() const;  // the window FwdParams carries (>= seqlen_kv when none)
+
+    // Human-readable reasons the problem is not valid; empty when it is.
+    std::vector<std::string> validate() const;
+    std::string describe() const;
+};
+
+// Element counts of the buffers a layout needs (packed QKV: one buffer holds Q, K and V).
+struct BufferSizes {
+    int64_t q, k, v, o;   // 0 for K and V with packed QKV
+};
+BufferSizes buffer_sizes(const Problem& p);
+
+// Strides of Q, K, V, O in their buffers, and the element offsets of K and V in the packed one.
+struct LayoutStrides {
+    TensorStrides q, k, v, o;
+    int64_t k_offset = 0, v_offset = 0;  // packed QKV only
+};
+LayoutStrides layout_strides(const Problem& p);
+
+// Per-batch sequence lengths (-min-s); empty vectors mean every sequence is full length.
+struct SeqLens {
+    std::vector<int> q, kv;
+};
+
+// Keys that query row i of a (len_q, len_kv) sequence sees: [first, last] (empty if last < first).
+struct KeyRange {
+    int64_t first, last;
+};
+KeyRange visible_keys(const Problem& p, int64_t i, int64_t len_q, int64_t len_kv);
+
+// FLOPs of the unmasked work only (2 * d for Q.K^T plus 2 * d for P.V per visible key).
+double flop_count(const Problem& p, const SeqLens& lens);
+// Bytes that must move: Q and O once per query head, K and V once per KV head, each only
+// over the rows that some query sees.
+double byte_count(const Problem& p, const SeqLens& lens);
+
+}  // namespace fmha

@@ -1,0 +1,45 @@
+// Compile-time view of one catalogue tuple, and what every kernel family needs from it.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include "fmha/params.h"
+#include "fmha_catalogue.h"
+
+namespace fmha {
+
+template <DType kDType, int kHeadDim, HeadsKind kHeads, Mask kMask, Arch kArch>
+struct KernelConfig {
+    static constexpr DType dtype = kDType;
+    static constexpr int head_dim = kHeadDim;
+    static constexpr HeadsKind heads = kHeads;
+    static constexpr Mask mask = kMask;
+    static constexpr Arch arch = kArch;
+};
+
+// The KV head that query head h reads. The heads kind is a compile-time fact so MHA and MQA
+// skip the division.
+// (Takes values, not the params struct: a reference to a kernel argument forces a stack copy.)
+template <HeadsKind kHeads>
+__device__ inline int kv_head_of(int head_q, int heads_q, int heads_kv) {
+    if constexpr (kHeads == HeadsKind::mha) return head_q;
+    else if constexpr (kHeads == HeadsKind::mqa) return 0;
+    else return head_q / (heads_q / heads_kv);
+}
+
+// Checks a kernel family's launcher runs before touching memory: the runtime problem must
+// match the kernel's compile-time tuple, and rows must allow 16-byte vector access.
+template <class Config>
+inline bool params_match(const FwdParams& p) {
+    const bool heads_ok = Config::heads == HeadsKind::mha   ? p.heads_kv == p.heads_q
+                          : Config::heads == HeadsKind::mqa ? p.heads_kv == 1
+                                                            : p.heads_kv > 0 && p.heads_q % p.heads_kv == 0;
+    const auto aligned = [](const void* ptr, const TensorStrides& s) {
+        return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
+    };
+    return heads_ok && p.head_dim == Config::head_dim && p.batch > 0 && p.heads_q > 0 && p.seqlen_q > 0 &&
+           p.seqlen_kv > 0 && p.window > 0 && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
+           aligned(p.v, p.v_strides) && aligned(p.o, p.o_strides);
+}
+
+}  // namespace fmha

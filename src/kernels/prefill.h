@@ -1,0 +1,227 @@
+// The prefill family: tiled attention for any seqlen_q and seqlen_kv, the catalogue's correct
+// fallback. One block owns kBlockRows query rows of one (batch, head); it walks the visible
+// keys in tiles staged through shared memory, with a one-pass online softmax in fp32.
+//
+// Work split inside a block: each cooperative group (kGroupWidth lanes) owns kRowsPerGroup
+// query rows. For scores, lane l computes the dot products of its group's rows with keys
+// l, l + width, ... of the tile; for P.V, lane l accumulates output columns l, l + width, ...
+// Probabilities move between the two splits by group broadcasts.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/config.h"
+#include "kernels/group.h"
+#include "kernels/numeric.h"
+
+namespace fmha {
+namespace prefill {
+
+template <class Config, int GroupWidth>
+struct Traits {
+    static constexpr int kHeadDim = Config::head_dim;
+    static constexpr int kGroupWidth = GroupWidth;
+    static constexpr int kGroups = 4;                                  // groups per block
+    static constexpr int kRowsPerGroup = 4;                            // query rows per group
+    static constexpr int kBlockRows = kGroups * kRowsPerGroup;         // query rows per block
+    static constexpr int kBlockKeys = 64;                              // keys per tile
+    static constexpr int kKeysPerLane = kBlockKeys / kGroupWidth;      // scores per lane and row
+    static constexpr int kColsPerLane = (kHeadDim + kGroupWidth - 1) / kGroupWidth;
+    static constexpr int kVec = 8;                                     // elements per 16-byte access
+    // Padding rows by 16 bytes makes a group's 16-byte reads of consecutive rows conflict-free.
+    static constexpr int kSmemStride = kHeadDim + kVec;
+    static constexpr int kThreads = kGroups * kGroupWidth;
+    static constexpr int kSmemBytes = (kBlockRows + kBlockKeys) * kSmemStride * 2;
+
+    static_assert(kHeadDim % kVec == 0, "rows are moved in 16-byte vectors");
+    static_assert(kBlockKeys % kGroupWidth == 0, "a tile is a whole number of keys per lane");
+    static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
+};
+
+// Copies rows [first, first + kRows) of a [rows, head_dim] slice into shared memory,
+// zero-filling rows at or past `end` so that no stale or poisoned value reaches the maths.
+template <class T, int kRows>
+__device__ inline void stage_rows(uint16_t* tile, const uint16_t* rows, int64_t row_stride, int first, int end) {
+    constexpr int kChunksPerRow = T::kHeadDim / T::kVec;
+    for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += T::kThreads) {
+        const int r = chunk / kChunksPerRow;
+        const int col = (chunk % kChunksPerRow) * T::kVec;
+        uint4 value = make_uint4(0, 0, 0, 0);
+        if (first + r < end) value = *reinterpret_cast<const uint4*>(rows + (first + r) * row_stride + col);
+        *reinterpret_cast<uint4*>(tile + r * T::kSmemStride + col) = value;
+    }
+}
+
+template <class Config, int GroupWidth>
+__global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_kernel(const FwdParams p) {
+    using T = Traits<Config, GroupWidth>;
+    using Numeric = DTypeTraits<Config::dtype>;
+    using G = Group<T::kGroupWidth>;
+    constexpr int R = T::kRowsPerGroup;
+    constexpr bool kCausal = Config::mask == Mask::causal;
+
+    // uint4 storage keeps the tiles 16-byte aligned on both platforms.
+    __shared__ uint4 q_storage[T::kBlockRows * T::kSmemStride / T::kVec];
+    __shared__ uint4 kv_storage[T::kBlockKeys * T::kSmemStride / T::kVec];
+    uint16_t* q_tile = reinterpret_cast<uint16_t*>(q_storage);
+    uint16_t* kv_tile = reinterpret_cast<uint16_t*>(kv_storage);
+
+    const int lane = threadIdx.x % T::kGroupWidth;
+    const int group_row0 = (threadIdx.x / T::kGroupWidth) * R;  // first row of this group in the tile
+    const float scale_log2 = p.scale * 1.4426950408889634f;     // exp(x) = exp2(x * log2(e))
+    const int q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
+    const int64_t items = int64_t(p.batch) * p.heads_q * q_tiles;
+
+    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+        // q tiles fastest, then heads: neighbouring blocks share K/V in L2 (GQA groups too).
+        const int q0 = int(item % q_tiles) * T::kBlockRows;
+        const int head = int((item / q_tiles) % p.heads_q);
+        const int64_t batch = item / q_tiles / p.heads_q;
+        const int len_q = p.seqlens_q ? p.seqlens_q[batch] : p.seqlen_q;
+        const int len_kv = p.seqlens_kv ? p.seqlens_kv[batch] : p.seqlen_kv;
+        if (q0 >= len_q) continue;  // uniform over the block
+        const int head_kv = kv_head_of<Config::heads>(head, p.heads_q, p.heads_kv);
+        const auto* q = static_cast<const uint16_t*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head;
+        const auto* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
+        const auto* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
+        auto* o = static_cast<uint16_t*>(p.o) + batch * p.o_strides.batch + head * p.o_strides.head;
+
+        // Keys any row of this tile sees (bottom-right aligned causal mask with window).
+        const int diagonal0 = q0 + len_kv - len_q;  // last key row q0 sees
+        const int kv_begin = kCausal ? max(0, diagonal0 - p.window + 1) : 0;
+        const int kv_end = kCausal ? min(len_kv, diagonal0 + T::kBlockRows) : len_kv;
+
+        __syncthreads();  // the previous item is done with q_tile
+        stage_rows<T, T::kBlockRows>(q_tile, q, p.q_strides.row, q0, len_q);
+
+        float row_max[R], row_sum[R], acc[R][T::kColsPerLane];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            row_max[r] = -INFINITY;
+            row_sum[r] = 0.f;  // this lane's share; summed over the group at the end
+#pragma unroll
+            for (int c = 0; c < T::kColsPerLane; ++c) acc[r][c] = 0.f;
+        }
+
+        for (int k0 = kv_begin; k0 < kv_end; k0 += T::kBlockKeys) {
+            __syncthreads();  // everyone is done with the previous V tile
+            stage_rows<T, T::kBlockKeys>(kv_tile, k, p.k_strides.row, k0, kv_end);
+            __syncthreads();
+
+            // Scores of this group's rows against keys lane, lane + width, ... of the tile.
+            float score[R][T::kKeysPerLane] = {};
+#pragma unroll 1
+            for (int col = 0; col < T::kHeadDim; col += T::kVec) {
+                float qf[R][T::kVec];
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    unpack8<Numeric>(&q_tile[(group_row0 + r) * T::kSmemStride + col], qf[r]);
+                }
+#pragma unroll
+                for (int t = 0; t < T::kKeysPerLane; ++t) {
+                    float kf[T::kVec];
+                    unpack8<Numeric>(&kv_tile[(t * T::kGroupWidth + lane) * T::kSmemStride + col], kf);
+#pragma unroll
+                    for (int e = 0; e < T::kVec; ++e) {
+#pragma unroll
+                        for (int r = 0; r < R; ++r) score[r][t] += qf[r][e] * kf[e];
+                    }
+                }
+            }
+
+            // Masked keys get -inf; scores move to the log2 domain.
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int diagonal = diagonal0 + group_row0 + r;
+#pragma unroll
+                for (int t = 0; t < T::kKeysPerLane; ++t) {
+                    const int key = k0 + t * T::kGroupWidth + lane;
+                    const bool visible = key < kv_end && (!kCausal || (key <= diagonal && key > diagonal - p.window));
+                    score[r][t] = visible ? score[r][t] * scale_log2 : -INFINITY;
+                }
+            }
+
+            __syncthreads();  // everyone is done with the K tile
+            stage_rows<T, T::kBlockKeys>(kv_tile, v, p.v_strides.row, k0, kv_end);
+            __syncthreads();
+
+            // Online softmax: rescale what was accumulated to the new running maximum.
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float tile_max = score[r][0];
+#pragma unroll
+                for (int t = 1; t < T::kKeysPerLane; ++t) tile_max = fmaxf(tile_max, score[r][t]);
+                const float new_max = fmaxf(row_max[r], G::max(tile_max));
+                // While every key so far is masked, new_max is -inf: use 0 so no inf - inf appears.
+                const float reference = new_max == -INFINITY ? 0.f : new_max;
+                const float rescale = exp2f(row_max[r] - reference);
+                row_max[r] = new_max;
+                row_sum[r] *= rescale;
+#pragma unroll
+                for (int c = 0; c < T::kColsPerLane; ++c) acc[r][c] *= rescale;
+#pragma unroll
+                for (int t = 0; t < T::kKeysPerLane; ++t) {
+                    score[r][t] = exp2f(score[r][t] - reference);
+                    row_sum[r] += score[r][t];
+                }
+            }
+
+            // acc += P . V over the tile's keys.
+#pragma unroll
+            for (int t = 0; t < T::kKeysPerLane; ++t) {
+#pragma unroll 4
+                for (int src = 0; src < T::kGroupWidth; ++src) {
+                    const uint16_t* v_row = &kv_tile[(t * T::kGroupWidth + src) * T::kSmemStride];
+                    float prob[R];
+#pragma unroll
+                    for (int r = 0; r < R; ++r) prob[r] = G::broadcast(score[r][t], src);
+#pragma unroll
+                    for (int c = 0; c < T::kColsPerLane; ++c) {
+                        const int col = lane + c * T::kGroupWidth;
+                        if (col < T::kHeadDim) {
+                            const float value = Numeric::unpack1(v_row[col]);
+#pragma unroll
+                            for (int r = 0; r < R; ++r) acc[r][c] += prob[r] * value;
+                        }
+                    }
+                }
+            }
+        }
+
+        // Normalise and store; a row that saw no key at all is written as zeros.
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int row = q0 + group_row0 + r;
+            const float total = G::sum(row_sum[r]);
+            const float inv = total > 0.f ? 1.f / total : 0.f;
+            if (row < len_q) {
+#pragma unroll
+                for (int c = 0; c < T::kColsPerLane; ++c) {
+                    const int col = lane + c * T::kGroupWidth;
+                    if (col < T::kHeadDim) o[row * p.o_strides.row + col] = Numeric::pack(acc[r][c] * inv);
+                }
+            }
+        }
+    }
+}
+
+// Upper bound on blocks per launch; blocks loop over the remaining work items. Keeps the
+// grid inside every platform's limits however large batch x heads x tiles grows.
+inline constexpr int64_t kMaxBlocks = int64_t(1) << 20;
+
+template <class Config, int GroupWidth = wave_size(Config::arch)>
+hipError_t launch(const FwdParams& p, hipStream_t stream) {
+    using T = Traits<Config, GroupWidth>;
+    if (!params_match<Config>(p)) return hipErrorInvalidValue;
+    const int64_t q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
+    const int64_t items = int64_t(p.batch) * p.heads_q * q_tiles;
+    const auto blocks = static_cast<unsigned>(items < kMaxBlocks ? items : kMaxBlocks);
+    fwd_kernel<Config, GroupWidth><<<blocks, T::kThreads, 0, stream>>>(p);
+    return hipGetLastError();
+}
+
+}  // namespace prefill
+}  // namespace fmha

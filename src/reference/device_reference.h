@@ -1,0 +1,51 @@
+// Device-side helpers for checking kernels: random inputs, the reference forward pass, and
+// the element-wise comparison. Written for obviousness, not speed, and independent of the
+// kernel families (two-pass exact softmax in natural-exp fp32, one thread per query row).
+#pragma once
+
+#include <hip/hip_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "fmha/params.h"
+#include "fmha_catalogue.h"
+
+namespace fmha {
+
+// Fills `count` elements with values uniform in [-range, range), a pure function of
+// (seed, stream_id, index): the same call always yields the same data.
+hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, uint64_t stream_id, float range,
+                       hipStream_t stream = nullptr);
+
+// out: fp32 [batch, heads_q, seqlen_q, head_dim], contiguous. Rows past a sequence's length
+// (variable lengths) are written as zeros.
+hipError_t reference_forward(const FwdParams& params, DType dtype, bool causal, float* out,
+                             hipStream_t stream = nullptr);
+
+struct Tolerance {
+    float atol, rtol;   // per element: |out - ref| <= atol + rtol * |ref|
+    float rel_l2;       // whole tensor: ||out - ref|| / ||ref||
+};
+Tolerance default_tolerance(DType dtype);
+
+struct CompareResult {
+    int64_t checked = 0;       // elements compared (rows inside their sequence)
+    int64_t nan_count = 0;     // NaN or inf in the output (poison left behind counts here)
+    int64_t bad_count = 0;     // elements outside the per-element tolerance
+    double max_abs_err = 0;
+    int64_t worst_index = -1;  // logical [b, h, s, d] index of max_abs_err (or of a NaN)
+    float worst_out = 0, worst_ref = 0;
+    double rel_l2 = 0;
+
+    bool passed(const Tolerance& tol) const {
+        return checked > 0 && nan_count == 0 && bad_count == 0 && rel_l2 <= tol.rel_l2;
+    }
+    std::string describe(const FwdParams& params) const;  // "max abs err ..., rel L2 ..., worst at b=.."
+};
+
+// Compares the kernel's output (params.o, in its layout) with the fp32 reference.
+hipError_t compare_with_reference(const FwdParams& params, DType dtype, const float* reference,
+                                  const Tolerance& tol, CompareResult* result);
+
+}  // namespace fmha

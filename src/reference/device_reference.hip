@@ -1,0 +1,247 @@
+#include "reference/device_reference.h"
+
+#include <hip/hip_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "kernels/numeric.h"
+
+namespace fmha {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 1 << 16;  // blocks loop over the rest
+
+unsigned blocks_for(int64_t work) { return static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks)); }
+
+__device__ inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+template <DType kDType>
+__global__ void fill_kernel(uint16_t* data, int64_t count, uint64_t key, float range) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+        const float unit = (mix64(key + uint64_t(i)) >> 40) * (1.0f / 16777216.0f);  // [0, 1), 24 bits
+        data[i] = DTypeTraits<kDType>::pack((2.f * unit - 1.f) * range);
+    }
+}
+
+template <DType kDType>
+__device__ inline float load(const void* base, int64_t index) {
+    return DTypeTraits<kDType>::unpack1(static_cast<const uint16_t*>(base)[index]);
+}
+
+__device__ inline int length_of(const int* lengths, int64_t batch, int fixed) { return lengths ? lengths[batch] : fixed; }
+
+// One thread per query row: pass 1 finds the row maximum, pass 2 accumulates exp-weighted V
+// in column chunks (recomputing the scores per chunk keeps per-thread state small).
+constexpr int kChunk = 64;
+
+template <DType kDType>
+__global__ void reference_kernel(const FwdParams p, bool causal, float* out) {
+    const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+    for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < rows; row += int64_t(gridDim.x) * blockDim.x) {
+        const int i = int(row % p.seqlen_q);
+        const int h = int(row / p.seqlen_q % p.heads_q);
+        const int64_t b = row / p.seqlen_q / p.heads_q;
+        float* o = out + row * p.head_dim;
+        const int len_q = length_of(p.seqlens_q, b, p.seqlen_q), len_kv = length_of(p.seqlens_kv, b, p.seqlen_kv);
+        int first = 0, last = len_kv - 1;
+        if (causal) {
+            const int diagonal = i + len_kv - len_q;
+            first = max(0, diagonal - p.window + 1);
+            last = min(last, diagonal);
+        }
+        if (i >= len_q || last < first) {
+            for (int c = 0; c < p.head_dim; ++c) o[c] = 0.f;
+            continue;
+        }
+        const int hk = h / (p.heads_q / p.heads_kv);
+        const int64_t q_row = b * p.q_strides.batch + h * p.q_strides.head + i * p.q_strides.row;
+        auto score = [&](int j) {
+            const int64_t k_row = b * p.k_strides.batch + hk * p.k_strides.head + j * p.k_strides.row;
+            float dot = 0.f;
+            for (int c = 0; c < p.head_dim; ++c) dot += load<kDType>(p.q, q_row + c) * load<kDType>(p.k, k_row + c);
+            return dot * p.scale;
+        };
+        float row_max = -INFINITY;
+        for (int j = first; j <= last; ++j) row_max = fmaxf(row_max, score(j));
+        for (int c0 = 0; c0 < p.head_dim; c0 += kChunk) {
+            float acc[kChunk] = {};
+            float sum = 0.f;
+            for (int j = first; j <= last; ++j) {
+                const float weight = expf(score(j) - row_max);
+                sum += weight;
+                const int64_t v_row = b * p.v_strides.batch + hk * p.v_strides.head + j * p.v_strides.row;
+                for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) acc[c] += weight * load<kDType>(p.v, v_row + c0 + c);
+            }
+            for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) o[c0 + c] = acc[c] / sum;
+        }
+    }
+}
+
+struct Partial {
+    int64_t nan_count, bad_count, worst_index;
+    double err_sq, ref_sq;
+    float max_abs_err, worst_out, worst_ref;
+};
+
+template <DType kDType>
+__global__ void compare_kernel(const FwdParams p, const float* ref, Tolerance tol, Partial* partials) {
+    __shared__ Partial shared[kThreads];
+    Partial mine = {0, 0, -1, 0.0, 0.0, 0.f, 0.f, 0.f};
+    const int64_t count = int64_t(p.batch) * p.heads_q * p.seqlen_q * p.head_dim;
+    for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
+        const int c = int(idx % p.head_dim);
+        const int i = int(idx / p.head_dim % p.seqlen_q);
+        const int h = int(idx / p.head_dim / p.seqlen_q % p.heads_q);
+        const int64_t b = idx / p.head_dim / p.seqlen_q / p.heads_q;
+        if (i >= length_of(p.seqlens_q, b, p.seqlen_q)) continue;
+        const float out = load<kDType>(p.o, b * p.o_strides.batch + h * p.o_strides.head + i * p.o_strides.row + c);
+        const float expected = ref[idx];
+        const float err = fabsf(out - expected);
+        if (!isfinite(out)) {
+            if (mine.nan_count++ == 0 && mine.max_abs_err != INFINITY) {
+                mine.max_abs_err = INFINITY;
+                mine.worst_index = idx, mine.worst_out = out, mine.worst_ref = expected;
+            }
+            continue;
+        }
+        if (err > tol.atol + tol.rtol * fabsf(expected)) ++mine.bad_count;
+        if (err > mine.max_abs_err) mine.max_abs_err = err, mine.worst_index = idx, mine.worst_out = out, mine.worst_ref = expected;
+        mine.err_sq += double(err) * err;
+        mine.ref_sq += double(expected) * expected;
+    }
+    shared[threadIdx.x] = mine;
+    __syncthreads();
+    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) {
+            Partial& a = shared[threadIdx.x];
+            const Partial& b = shared[threadIdx.x + stride];
+            a.nan_count += b.nan_count;
+            a.bad_count += b.bad_count;
+            a.err_sq += b.err_sq;
+            a.ref_sq += b.ref_sq;
+            if (b.max_abs_err > a.max_abs_err) a.max_abs_err = b.max_abs_err, a.worst_index = b.worst_index, a.worst_out = b.worst_out, a.worst_ref = b.worst_ref;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
+}
+
+template <template <DType> class Launch, class... Args>
+hipError_t dispatch(DType dtype, Args&&... args) {
+    switch (dtype) {
+        case DType::fp16: return Launch<DType::fp16>::run(args...);
+        case DType::bf16: return Launch<DType::bf16>::run(args...);
+    }
+    return hipErrorInvalidValue;
+}
+
+template <DType kDType>
+struct FillLaunch {
+    static hipError_t run(void* data, int64_t count, uint64_t key, float range, hipStream_t stream) {
+        fill_kernel<kDType><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<uint16_t*>(data), count, key, range);
+        return hipGetLastError();
+    }
+};
+
+template <DType kDType>
+struct ReferenceLaunch {
+    static hipError_t run(const FwdParams& p, bool causal, float* out, hipStream_t stream) {
+        const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+        reference_kernel<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, causal, out);
+        return hipGetLastError();
+    }
+};
+
+template <DType kDType>
+struct CompareLaunch {
+    static hipError_t run(const FwdParams& p, const float* ref, const Tolerance& tol, Partial* partials, unsigned blocks) {
+        compare_kernel<kDType><<<blocks, kThreads>>>(p, ref, tol, partials);
+        return hipGetLastError();
+    }
+};
+
+}  // namespace
+
+hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, uint64_t stream_id, float range,
+                       hipStream_t stream) {
+    const uint64_t key = (seed * 0x9e3779b97f4a7c15ull) ^ (stream_id << 56);
+    return dispatch<FillLaunch>(dtype, data, count, key, range, stream);
+}
+
+hipError_t reference_forward(const FwdParams& params, DType dtype, bool causal, float* out, hipStream_t stream) {
+    return dispatch<ReferenceLaunch>(dtype, params, causal, out, stream);
+}
+
+Tolerance default_tolerance(DType dtype) {
+    // Output rounding alone is half an ulp: 2^-11 relative for fp16, 2^-8 for bf16.
+    return dtype == DType::fp16 ? Tolerance{1e-3f, 1e-3f, 1e-3f} : Tolerance{8e-3f, 8e-3f, 8e-3f};
+}
+
+hipError_t compare_with_reference(const FwdParams& params, DType dtype, const float* reference,
+                                  const Tolerance& tol, CompareResult* result) {
+    const int64_t count = int64_t(params.batch) * params.heads_q * params.seqlen_q * params.head_dim;
+    const unsigned blocks = std::min<unsigned>(blocks_for(count), 4096);
+    Partial* partials = nullptr;
+    hipError_t err = hipMalloc(reinterpret_cast<void**>(&partials), blocks * sizeof(Partial));
+    if (err != hipSuccess) return err;
+    std::vector<Partial> host(blocks);
+    err = dispatch<CompareLaunch>(dtype, params, reference, tol, partials, blocks);
+    if (err == hipSuccess)
+        err = hipMemcpy(host.data(), partials, blocks * sizeof(Partial), hipMemcpyDeviceToHost);
+    (void)hipFree(partials);
+    if (err != hipSuccess) return err;
+
+    *result = CompareResult{};
+    double err_sq = 0, ref_sq = 0;
+    for (const Partial& part : host) {
+        result->nan_count += part.nan_count;
+        result->bad_count += part.bad_count;
+        err_sq += part.err_sq;
+        ref_sq += part.ref_sq;
+        if (part.worst_index >= 0 && (result->worst_index < 0 || part.max_abs_err > result->max_abs_err)) {
+            result->max_abs_err = part.max_abs_err;
+            result->worst_index = part.worst_index;
+            result->worst_out = part.worst_out;
+            result->worst_ref = part.worst_ref;
+        }
+    }
+    // Elements inside their sequence: recount on the host from the lengths rule.
+    result->checked = count;
+    if (params.seqlens_q) {
+        std::vector<int> lengths(params.batch);
+        err = hipMemcpy(lengths.data(), params.seqlens_q, lengths.size() * sizeof(int), hipMemcpyDeviceToHost);
+        if (err != hipSuccess) return err;
+        result->checked = 0;
+        for (int len : lengths) result->checked += int64_t(len) * params.heads_q * params.head_dim;
+    }
+    result->rel_l2 = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : (err_sq > 0 ? INFINITY : 0.0);
+    if (result->nan_count > 0) result->rel_l2 = NAN;
+    return hipSuccess;
+}
+
+std::string CompareResult::describe(const FwdParams& p) const {
+    std::ostringstream s;
+    s.precision(3);
+    s << "max abs err " << std::scientific << max_abs_err << ", rel L2 " << rel_l2 << ", " << nan_count
+      << " non-finite, " << bad_count << " outside tolerance, of " << checked;
+    if (worst_index >= 0) {
+        const int64_t c = worst_index % p.head_dim, i = worst_index / p.head_dim % p.seqlen_q;
+        const int64_t h = worst_index / p.head_dim / p.seqlen_q % p.heads_q;
+        const int64_t b = worst_index / p.head_dim / p.seqlen_q / p.heads_q;
+        s << "; worst at b=" << b << " h=" << h << " s=" << i << " d=" << c << ": " << std::defaultfloat
+          << worst_out << " vs " << worst_ref;
+    }
+    return s.str();
+}
+
+}  // namespace fmha

@@ -1,0 +1,47 @@
+#include "reference/host_reference.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fmha {
+
+std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const std::vector<float>& q,
+                                  const std::vector<float>& k, const std::vector<float>& v) {
+    const int64_t d = p.head_dim;
+    const double scale = p.softmax_scale();
+    std::vector<float> out(q.size(), 0.f);
+    std::vector<double> scores(p.seqlen_kv), acc(d);
+    for (int64_t b = 0; b < p.batch; ++b) {
+        const int64_t len_q = lens.q.empty() ? p.seqlen_q : lens.q[b];
+        const int64_t len_kv = lens.kv.empty() ? p.seqlen_kv : lens.kv[b];
+        for (int64_t h = 0; h < p.heads_q; ++h) {
+            const int64_t hk = h / (p.heads_q / p.heads_kv);
+            const float* k_head = &k[((b * p.heads_kv + hk) * p.seqlen_kv) * d];
+            const float* v_head = &v[((b * p.heads_kv + hk) * p.seqlen_kv) * d];
+            for (int64_t i = 0; i < len_q; ++i) {
+                const float* q_row = &q[((b * p.heads_q + h) * p.seqlen_q + i) * d];
+                const KeyRange keys = visible_keys(p, i, len_q, len_kv);
+                if (keys.last < keys.first) continue;
+                double row_max = -INFINITY;
+                for (int64_t j = keys.first; j <= keys.last; ++j) {
+                    double dot = 0;
+                    for (int64_t c = 0; c < d; ++c) dot += double(q_row[c]) * k_head[j * d + c];
+                    scores[j] = dot * scale;
+                    row_max = std::max(row_max, scores[j]);
+                }
+                double sum = 0;
+                std::fill(acc.begin(), acc.end(), 0.0);
+                for (int64_t j = keys.first; j <= keys.last; ++j) {
+                    const double weight = std::exp(scores[j] - row_max);
+                    sum += weight;
+                    for (int64_t c = 0; c < d; ++c) acc[c] += weight * v_head[j * d + c];
+                }
+                float* o_row = &out[((b * p.heads_q + h) * p.seqlen_q + i) * d];
+                for (int64_t c = 0; c < d; ++c) o_row[c] = static_cast<float>(acc[c] / sum);
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace fmha

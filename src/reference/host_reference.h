@@ -1,0 +1,16 @@
+// The host reference: attention in double precision on logical [b, h, s, d] float tensors.
+// Slow and obvious; the oracle for unit tests and for checking the device reference.
+#pragma once
+
+#include <vector>
+
+#include "fmha/problem.h"
+
+namespace fmha {
+
+// q: [batch, heads_q, seqlen_q, d]; k, v: [batch, heads_kv, seqlen_kv, d]; returns o like q.
+// Rows past a sequence's length, and rows that see no key, are zeros.
+std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const std::vector<float>& q,
+                                  const std::vector<float>& k, const std::vector<float>& v);
+
+}  // namespace fmha

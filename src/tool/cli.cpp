@@ -1,0 +1,143 @@
+#include "tool/cli.h"
+
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace fmha {
+namespace {
+
+bool parse_int(const std::string& text, long long min, long long max, long long* out) {
+    if (text.empty()) return false;
+    errno = 0;
+    char* end = nullptr;
+    const long long value = std::strtoll(text.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0' || value < min || value > max) return false;
+    *out = value;
+    return true;
+}
+
+}  // namespace
+
+ParsedCli parse_cli(const std::vector<std::string>& args) {
+    ParsedCli parsed;
+    Options& o = parsed.options;
+    Problem& p = o.problem;
+    p.batch = 1;
+    p.heads_q = 16;
+    p.seqlen_kv = 384;
+    p.head_dim = 64;
+    int seqlen_q = -1;    // default: seqlen_kv
+    int heads_kv = -1;    // default: heads (MHA)
+    bool mqa = false;
+
+    // Flags that take an integer: where the value goes.
+    const std::map<std::string, int*> int_flags = {
+        {"-b", &p.batch}, {"-h", &p.heads_q}, {"-d", &p.head_dim}, {"-s", &p.seqlen_kv}, {"-s-q", &seqlen_q},
+        {"-min-s", &o.min_seqlen}, {"-gqa", &heads_kv}, {"-sliding-window-size", &p.window}, {"-runs", &o.runs},
+        {"-warm-up-runs", &o.warm_up_runs}, {"-v", &o.verbose},
+    };
+    const std::map<std::string, std::function<void()>> switches = {
+        {"-fp16", [&] { p.dtype = DType::fp16; }},  {"-bf16", [&] { p.dtype = DType::bf16; }},
+        {"-causal-mask", [&] { p.causal = true; }}, {"-mqa", [&] { mqa = true; }},
+        {"-skip-checks", [&] { o.skip_checks = true; }}, {"-list", [&] { o.list = true; }},
+        {"-help", [&] { o.help = true; }},          {"--help", [&] { o.help = true; }},
+    };
+
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& flag = args[i];
+        if (auto s = switches.find(flag); s != switches.end()) {
+            s->second();
+            continue;
+        }
+        const bool known = int_flags.count(flag) || flag == "-scale-bmm1" || flag == "-kernel" ||
+                           flag == "-layout" || flag == "-save-tensors" || flag == "-seed";
+        if (!known) {
+            parsed.errors.push_back("unknown flag '" + flag + "'");
+            continue;
+        }
+        if (i + 1 >= args.size()) {
+            parsed.errors.push_back("flag " + flag + " needs a value");
+            break;
+        }
+        const std::string& value = args[++i];
+        long long number = 0;
+        if (auto f = int_flags.find(flag); f != int_flags.end()) {
+            // Range checks of the problem itself (e.g. positive sizes) are Problem::validate's job.
+            if (!parse_int(value, INT_MIN, INT_MAX, &number))
+                parsed.errors.push_back("flag " + flag + " expects an integer, got '" + value + "'");
+            else
+                *f->second = static_cast<int>(number);
+        } else if (flag == "-seed") {
+            if (!parse_int(value, 0, LLONG_MAX, &number))
+                parsed.errors.push_back("flag -seed expects a non-negative integer, got '" + value + "'");
+            else
+                o.seed = static_cast<uint64_t>(number);
+        } else if (flag == "-scale-bmm1") {
+            char* end = nullptr;
+            p.scale = std::strtof(value.c_str(), &end);
+            if (value.empty() || *end != '\0' || !std::isfinite(p.scale))
+                parsed.errors.push_back("flag -scale-bmm1 expects a finite number, got '" + value + "'");
+        } else if (flag == "-layout") {
+            if (!parse_layout(value, &p.layout))
+                parsed.errors.push_back("flag -layout expects bhsd, bshd or qkv-packed, got '" + value + "'");
+        } else if (flag == "-kernel") {
+            o.kernel = value;
+        } else if (flag == "-save-tensors") {
+            o.save_dir = value;
+        }
+    }
+
+    p.seqlen_q = seqlen_q < 0 ? p.seqlen_kv : seqlen_q;
+    p.heads_kv = mqa ? 1 : heads_kv < 0 ? p.heads_q : heads_kv;
+    if (mqa && heads_kv >= 0 && heads_kv != 1) parsed.errors.push_back("-mqa and -gqa " + std::to_string(heads_kv) + " disagree");
+    if (p.window != 0) p.causal = true;  // as in FMHA_v2, a sliding window implies the causal mask
+    if (o.runs < 1) parsed.errors.push_back("-runs must be at least 1 (got " + std::to_string(o.runs) + ")");
+    if (o.warm_up_runs < 0) parsed.errors.push_back("-warm-up-runs must be >= 0 (got " + std::to_string(o.warm_up_runs) + ")");
+    if (o.min_seqlen < 0 || (o.min_seqlen > 0 && o.min_seqlen > p.seqlen_kv))
+        parsed.errors.push_back("-min-s must be in [1, s] (got " + std::to_string(o.min_seqlen) + ")");
+    return parsed;
+}
+
+std::string usage() {
+    return R"(fmha.exe: run, check and time one attention forward problem with a catalogue kernel.
+
+Problem (defaults in brackets):
+  -b N                    batch [1]
+  -h N                    query heads [16]
+  -gqa N                  KV heads (grouped-query attention) [= -h]
+  -mqa                    one KV head (multi-query attention)
+  -s N                    seqlen_kv [384]
+  -s-q N                  seqlen_q [= -s]
+  -min-s N                variable lengths: each sequence's seqlen_kv is drawn from [N, s]; its
+                          seqlen_q is the same when -s-q = -s, else min(s-q, seqlen_kv)
+  -d N                    head_dim [64]
+  -fp16 | -bf16           element type [fp16]; accumulation and softmax are always fp32
+  -causal-mask            causal mask, bottom-right aligned when seqlen_q < seqlen_kv: query i
+                          sees keys j <= i + seqlen_kv - seqlen_q (as FlashAttention 2.1+)
+  -sliding-window-size N  causal with a window: query i sees only the N keys ending at its
+                          diagonal (implies -causal-mask)
+  -scale-bmm1 X           softmax scale [1/sqrt(d)]
+  -layout L               bhsd: Q [b,h,s,d], K/V [b,h_kv,s_kv,d] (default); bshd: token-major
+                          [b,s,h,d]; qkv-packed: one [b,s,3,h,d] buffer (needs s-q = s, no GQA)
+
+Run:
+  -runs N                 timed runs [100]
+  -warm-up-runs N         untimed runs first [10]
+  -skip-checks            do not compare with the reference
+  -kernel NAME            run this kernel instead of the heuristic's choice (see -list)
+  -save-tensors DIR       write q, k, v, o (and the reference) as .npy plus meta.json to DIR
+  -seed N                 random inputs' seed [1]
+  -v N                    0: results only, 1: default, 2: more detail
+  -list                   print the catalogue and exit
+  -help                   this text
+
+Exit codes: 0 success, 1 checks failed, 2 bad input or no kernel, 3 no GPU, not enough device
+memory or a runtime error.
+)";
+}
+
+}  // namespace fmha

@@ -1,0 +1,58 @@
+#include "tool/device_tensors.h"
+
+#include "reference/device_reference.h"
+
+namespace fmha {
+
+void check(hipError_t err, const std::string& what) {
+    if (err != hipSuccess) throw EnvironmentError(what + ": " + hipGetErrorString(err));
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes) check(hipMalloc(&ptr_, bytes), "allocating " + std::to_string(bytes) + " bytes");
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    if (ptr_) (void)hipFree(ptr_);
+}
+
+TensorSet::TensorSet(const Problem& p)
+    : sizes(buffer_sizes(p)), qkv(sizes.q * 2), k(sizes.k * 2), v(sizes.v * 2), o(sizes.o * 2) {
+    const LayoutStrides s = layout_strides(p);
+    const bool packed = p.layout == Layout::qkv_packed;
+    params = FwdParams{};
+    params.q = qkv.get();
+    params.k = packed ? qkv.get<uint16_t>() + s.k_offset : k.get();
+    params.v = packed ? qkv.get<uint16_t>() + s.v_offset : v.get();
+    params.o = o.get();
+    params.q_strides = s.q;
+    params.k_strides = s.k;
+    params.v_strides = s.v;
+    params.o_strides = s.o;
+    params.batch = p.batch;
+    params.heads_q = p.heads_q;
+    params.heads_kv = p.heads_kv;
+    params.seqlen_q = p.seqlen_q;
+    params.seqlen_kv = p.seqlen_kv;
+    params.head_dim = p.head_dim;
+    params.scale = p.softmax_scale();
+    params.window = p.effective_window();
+}
+
+void TensorSet::fill(const Problem& p, uint64_t seed, float q_range) {
+    if (p.layout == Layout::qkv_packed) {
+        check(fill_random(qkv.get(), sizes.q, p.dtype, seed, 0, 1.f), "filling QKV");
+    } else {
+        check(fill_random(qkv.get(), sizes.q, p.dtype, seed, 0, q_range), "filling Q");
+        check(fill_random(k.get(), sizes.k, p.dtype, seed, 1, 1.f), "filling K");
+        check(fill_random(v.get(), sizes.v, p.dtype, seed, 2, 1.f), "filling V");
+    }
+    check(hipMemset(o.get(), 0xff, o.bytes()), "poisoning O");  // 0xffff is NaN in fp16 and bf16
+}
+
+void TensorSet::set_lengths(const int* device_lengths, int batch) {
+    params.seqlens_q = device_lengths;
+    params.seqlens_kv = device_lengths ? device_lengths + batch : nullptr;
+}
+
+}  // namespace fmha

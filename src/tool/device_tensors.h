@@ -1,0 +1,50 @@
+// Device memory for one problem: Q, K, V and O in the problem's layout, random-filled and
+// poisoned, with the FwdParams that point into them. Used by fmha.exe and the GPU tests.
+#pragma once
+
+#include <hip/hip_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "fmha/params.h"
+#include "fmha/problem.h"
+
+namespace fmha {
+
+// A failure of the machine rather than of the input: no GPU, no memory, a runtime error.
+struct EnvironmentError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// Throws EnvironmentError("what: <runtime's message>") unless err is hipSuccess.
+void check(hipError_t err, const std::string& what);
+
+class DeviceBuffer {
+  public:
+    explicit DeviceBuffer(size_t bytes);
+    ~DeviceBuffer();
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    template <class T = void>
+    T* get() const { return static_cast<T*>(ptr_); }
+    size_t bytes() const { return bytes_; }
+
+  private:
+    void* ptr_ = nullptr;
+    size_t bytes_;
+};
+
+struct TensorSet {
+    explicit TensorSet(const Problem& p);
+    // Uniform random Q (in [-q_range, q_range)), K and V (in [-1, 1)); O poisoned with NaN.
+    void fill(const Problem& p, uint64_t seed, float q_range = 1.f);
+    // Points params at per-batch lengths on the device ([q..., kv...], 2 * batch ints) or clears them.
+    void set_lengths(const int* device_lengths, int batch);
+
+    BufferSizes sizes;
+    DeviceBuffer qkv, k, v, o;  // packed QKV: all three in qkv
+    FwdParams params;
+};
+
+}  // namespace fmha

@@ -1,0 +1,319 @@
+// fmha.exe: runs one attention problem with a catalogue kernel, checks it against the
+// reference and times it (see `fmha.exe -help`).
+#include <hip/hip_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+#include "fmha/heuristics.h"
+#include "fmha/host_numeric.h"
+#include "platform/device.h"
+#include "reference/device_reference.h"
+#include "tool/cli.h"
+#include "tool/device_tensors.h"
+#include "tool/npy.h"
+
+namespace fmha {
+namespace {
+
+enum ExitCode { kSuccess = 0, kChecksFailed = 1, kBadInput = 2, kEnvironment = 3 };
+
+std::string gib(double bytes) {
+    char text[32];
+    snprintf(text, sizeof(text), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+    return text;
+}
+
+void print_device(const DeviceInfo& device) {
+    if (!device.found) {
+        printf("Device........: none (%s)\n", device.error.c_str());
+        return;
+    }
+    printf("Device........: %s (%s%s), %d multiprocessors, %s (%s free), L2 %.0f MiB, peak %.0f GB/s\n",
+           device.name.c_str(), device.arch_name.c_str(),
+           device.arch ? (std::string(", catalogue arch ") + token(*device.arch)).c_str() : ", not a catalogue arch",
+           device.multiprocessors, gib(device.total_bytes).c_str(), gib(device.free_bytes).c_str(),
+           device.l2_bytes / 1048576.0, device.peak_gbps);
+}
+
+int list_catalogue(const DeviceInfo& device) {
+    print_device(device);
+    printf("Catalogue.....: %zu kernels in this %s build (selection %s)\n", kernel_table().size(),
+           token(build_platform()), kCatalogueSelection);
+    std::vector<std::string> names;
+    for (const KernelEntry& e : kernel_table())
+        names.push_back(kernel_name(e.key) + (device.arch && e.key.arch == *device.arch ? "  (runs here)" : ""));
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) printf("%s\n", name.c_str());
+    return kSuccess;
+}
+
+// The kernel forced with -kernel NAME, checked against the problem (arch aside); nullptr
+// with the reason when it is unknown or cannot run the problem.
+const KernelEntry* forced_kernel(const Options& o, std::string* reason) {
+    const auto key = parse_kernel_name(o.kernel);
+    const KernelEntry* entry = key ? find_kernel(*key) : nullptr;
+    std::string why_not;
+    if (!entry) {
+        *reason = "-kernel " + o.kernel + " is not in this build's catalogue (see -list)";
+        return nullptr;
+    }
+    if (!kernel_supports(*key, o.problem, &why_not)) {
+        *reason = "-kernel " + o.kernel + " cannot run this problem: its " + why_not;
+        return nullptr;
+    }
+    *reason = "forced with -kernel";
+    return entry;
+}
+
+int report_no_kernel(const Problem& p, const std::string& reason) {
+    fprintf(stderr, "fmha.exe: %s\n", reason.c_str());
+    fprintf(stderr, "  nearest kernels in this build:");
+    for (const std::string& name : nearest_kernels(p)) fprintf(stderr, " %s", name.c_str());
+    fprintf(stderr, "\n  to add kernels for this shape: %s\n", regenerate_command(p).c_str());
+    return kBadInput;
+}
+
+SeqLens draw_lengths(const Options& o) {
+    SeqLens lens;
+    const Problem& p = o.problem;
+    if (o.min_seqlen == 0) return lens;
+    std::mt19937_64 rng(o.seed);
+    std::uniform_int_distribution<int> length(o.min_seqlen, p.seqlen_kv);
+    for (int b = 0; b < p.batch; ++b) {
+        const int kv = length(rng);
+        lens.kv.push_back(kv);
+        lens.q.push_back(p.seqlen_q == p.seqlen_kv ? kv : std::min(p.seqlen_q, kv));
+    }
+    return lens;
+}
+
+// Copies a [batch, heads, seq, head_dim] tensor out of its layout, in logical order.
+std::vector<uint16_t> gather(const void* device_base, int64_t buffer_elements, const TensorStrides& s,
+                             int64_t offset, int batch, int heads, int seq, int head_dim) {
+    std::vector<uint16_t> buffer(buffer_elements), logical;
+    check(hipMemcpy(buffer.data(), device_base, buffer.size() * 2, hipMemcpyDeviceToHost), "copying to host");
+    logical.reserve(int64_t(batch) * heads * seq * head_dim);
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t i = 0; i < seq; ++i) {
+                const uint16_t* row = buffer.data() + offset + b * s.batch + h * s.head + i * s.row;
+                logical.insert(logical.end(), row, row + head_dim);
+            }
+    return logical;
+}
+
+void save_tensors(const Options& o, const TensorSet& set, const float* reference,
+                  const SeqLens& lens, const std::string& kernel) {
+    const Problem& p = o.problem;
+    const LayoutStrides s = layout_strides(p);
+    const BufferSizes& sizes = set.sizes;
+    mkdir(o.save_dir.c_str(), 0755);
+    std::string error;
+    auto save = [&](const char* name, std::vector<uint16_t> bits, int heads, int seq) {
+        const std::vector<int64_t> shape = {p.batch, heads, seq, p.head_dim};
+        bool ok;
+        if (p.dtype == DType::fp16) {
+            ok = write_npy(o.save_dir + "/" + name + ".npy", "<f2", shape, bits.data(), bits.size() * 2, &error);
+        } else {  // NumPy has no bf16: widen exactly to fp32
+            std::vector<uint32_t> wide(bits.begin(), bits.end());
+            for (uint32_t& w : wide) w <<= 16;
+            ok = write_npy(o.save_dir + "/" + name + ".npy", "<f4", shape, wide.data(), wide.size() * 4, &error);
+        }
+        if (!ok) throw EnvironmentError(error);
+    };
+    const bool packed = p.layout == Layout::qkv_packed;
+    save("q", gather(set.qkv.get(), sizes.q, s.q, 0, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
+    save("k", gather(packed ? set.qkv.get() : set.k.get(), packed ? sizes.q : sizes.k, s.k, s.k_offset, p.batch,
+                     p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
+    save("v", gather(packed ? set.qkv.get() : set.v.get(), packed ? sizes.q : sizes.v, s.v, s.v_offset, p.batch,
+                     p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
+    save("o", gather(set.o.get(), sizes.o, s.o, 0, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
+    if (reference) {
+        std::vector<float> ref(sizes.o);
+        check(hipMemcpy(ref.data(), reference, ref.size() * 4, hipMemcpyDeviceToHost), "copying the reference");
+        if (!write_npy(o.save_dir + "/reference.npy", "<f4", {p.batch, p.heads_q, p.seqlen_q, p.head_dim}, ref.data(),
+                       ref.size() * 4, &error))
+            throw EnvironmentError(error);
+    }
+    auto list = [](const std::vector<int>& v) {
+        std::string text = "[";
+        for (size_t i = 0; i < v.size(); ++i) text += (i ? ", " : "") + std::to_string(v[i]);
+        return text + "]";
+    };
+    std::ofstream meta(o.save_dir + "/meta.json");
+    meta << "{\n  \"kernel\": \"" << kernel << "\",\n  \"dtype\": \"" << token(p.dtype) << "\",\n"
+         << "  \"stored_as\": \"" << (p.dtype == DType::fp16 ? "float16" : "float32 (exact widening of bf16)") << "\",\n"
+         << "  \"logical_layout\": \"[batch, heads, seq, head_dim]\",\n  \"run_layout\": \"" << layout_token(p.layout) << "\",\n"
+         << "  \"batch\": " << p.batch << ", \"heads_q\": " << p.heads_q << ", \"heads_kv\": " << p.heads_kv << ",\n"
+         << "  \"seqlen_q\": " << p.seqlen_q << ", \"seqlen_kv\": " << p.seqlen_kv << ", \"head_dim\": " << p.head_dim << ",\n"
+         << "  \"scale\": " << p.softmax_scale() << ",\n  \"causal\": " << (p.causal ? "true" : "false")
+         << ",\n  \"window\": " << p.window << ",\n"
+         << "  \"seqlens_q\": " << (lens.q.empty() ? "null" : list(lens.q)) << ",\n"
+         << "  \"seqlens_kv\": " << (lens.kv.empty() ? "null" : list(lens.kv)) << ",\n"
+         << "  \"causal_rule\": \"query i sees key j iff i + len_kv - len_q - window < j <= i + len_kv - len_q (window 0: no lower bound)\"\n}\n";
+    if (!meta) throw EnvironmentError("cannot write " + o.save_dir + "/meta.json");
+}
+
+int run(const Options& o) {
+    const Problem& p = o.problem;
+    if (const auto errors = p.validate(); !errors.empty()) {
+        for (const std::string& e : errors) fprintf(stderr, "fmha.exe: %s\n", e.c_str());
+        return kBadInput;
+    }
+    // Everything that needs no GPU is settled first: the kernel exists for some arch.
+    std::string reason;
+    const KernelEntry* kernel = nullptr;
+    if (!o.kernel.empty() && !(kernel = forced_kernel(o, &reason))) return report_no_kernel(p, reason);
+    if (o.kernel.empty() && !catalogue_covers(p))
+        return report_no_kernel(p, "no kernel in this build's catalogue for " + p.describe());
+
+    const DeviceInfo device = query_device();
+    if (!device.found) {
+        fprintf(stderr, "fmha.exe: no GPU found (%s)\n", device.error.c_str());
+        return kEnvironment;
+    }
+    if (!device.arch) {
+        fprintf(stderr, "fmha.exe: the device's arch %s is not a catalogue arch\n", device.arch_name.c_str());
+        return kEnvironment;
+    }
+    if (kernel && kernel->key.arch != *device.arch)
+        return report_no_kernel(p, "-kernel " + o.kernel + " is for " + token(kernel->key.arch) + ", the device is " +
+                                       device.arch_name);
+    if (!kernel) {
+        const Selection selection = select_kernel(p, *device.arch);
+        if (!selection.entry) return report_no_kernel(p, selection.reason);
+        kernel = selection.entry;
+        reason = selection.reason;
+    }
+    const std::string name = kernel_name(kernel->key);
+
+    const SeqLens lens = draw_lengths(o);
+    const BufferSizes sizes = buffer_sizes(p);
+    const double set_bytes = 2.0 * (sizes.q + sizes.k + sizes.v + sizes.o);
+    // Rotate over input sets when one fits in L2 several times, so timing reads memory, not cache.
+    const int sets = set_bytes < 4.0 * device.l2_bytes ? int(std::min(16.0, std::ceil(4.0 * device.l2_bytes / set_bytes))) : 1;
+    const double reference_bytes = o.skip_checks ? 0 : 4.0 * sizes.o;
+    const double needed = sets * set_bytes + reference_bytes + 8.0 * p.batch;
+    if (needed > 0.95 * device.free_bytes) {
+        fprintf(stderr, "fmha.exe: not enough device memory: the problem needs %s (%d input set(s)%s), the device has %s free\n",
+                gib(needed).c_str(), sets, o.skip_checks ? "" : " and the fp32 reference", gib(device.free_bytes).c_str());
+        return kEnvironment;
+    }
+
+    if (o.verbose >= 1) {
+        print_device(device);
+        printf("Problem.......: %s%s\n", p.describe().c_str(),
+               lens.kv.empty() ? "" : (" seqlens_kv drawn from [" + std::to_string(o.min_seqlen) + ", s]").c_str());
+        printf("Kernel........: %s (%s)\n", name.c_str(), reason.c_str());
+    }
+
+    DeviceBuffer lengths(lens.kv.empty() ? 0 : 2 * sizeof(int) * p.batch);
+    if (!lens.kv.empty()) {
+        std::vector<int> both(lens.q);
+        both.insert(both.end(), lens.kv.begin(), lens.kv.end());
+        check(hipMemcpy(lengths.get(), both.data(), lengths.bytes(), hipMemcpyHostToDevice), "copying lengths");
+    }
+    std::vector<std::unique_ptr<TensorSet>> tensors;
+    for (int i = 0; i < sets; ++i) {
+        tensors.push_back(std::make_unique<TensorSet>(p));
+        tensors.back()->fill(p, o.seed + i);
+        tensors.back()->set_lengths(lengths.get<int>(), p.batch);
+    }
+    const FwdParams& checked = tensors[0]->params;
+    check(kernel->launch(checked, nullptr), "launching " + name);
+    check(hipDeviceSynchronize(), "running " + name);
+
+    int exit_code = kSuccess;
+    float reference_ms = 0;
+    std::unique_ptr<DeviceBuffer> reference;
+    hipEvent_t start, stop;
+    check(hipEventCreate(&start), "creating events");
+    check(hipEventCreate(&stop), "creating events");
+    if (!o.skip_checks) {
+        reference = std::make_unique<DeviceBuffer>(size_t(reference_bytes));
+        check(hipEventRecord(start), "recording an event");
+        check(reference_forward(checked, p.dtype, p.causal, reference->get<float>()), "launching the reference");
+        check(hipEventRecord(stop), "recording an event");
+        check(hipEventSynchronize(stop), "running the reference");
+        check(hipEventElapsedTime(&reference_ms, start, stop), "timing the reference");
+        const Tolerance tol = default_tolerance(p.dtype);
+        CompareResult result;
+        check(compare_with_reference(checked, p.dtype, reference->get<float>(), tol, &result), "comparing");
+        const bool ok = result.passed(tol);
+        printf("Checks........: %s (%s; tolerance |err| <= %.0e + %.0e*|ref|, rel L2 <= %.0e)\n", ok ? "SUCCESS" : "FAILED",
+               result.describe(checked).c_str(), tol.atol, tol.rtol, tol.rel_l2);
+        if (!ok) exit_code = kChecksFailed;
+    }
+    if (!o.save_dir.empty()) {
+        save_tensors(o, *tensors[0], reference ? reference->get<float>() : nullptr, lens, name);
+        if (o.verbose >= 1) printf("Saved.........: q, k, v, o%s .npy and meta.json in %s\n", reference ? ", reference" : "", o.save_dir.c_str());
+    }
+
+    for (int i = 0; i < o.warm_up_runs; ++i) check(kernel->launch(tensors[i % sets]->params, nullptr), "launching " + name);
+    check(hipEventRecord(start), "recording an event");
+    for (int i = 0; i < o.runs; ++i) check(kernel->launch(tensors[i % sets]->params, nullptr), "launching " + name);
+    check(hipEventRecord(stop), "recording an event");
+    check(hipEventSynchronize(stop), "running " + name);
+    float total_ms = 0;
+    check(hipEventElapsedTime(&total_ms, start, stop), "timing");
+    (void)hipEventDestroy(start);
+    (void)hipEventDestroy(stop);
+
+    const double ms = total_ms / o.runs;
+    const double flops = flop_count(p, lens), bytes = byte_count(p, lens);
+    char speedup[32] = "n/a";
+    if (!o.skip_checks) snprintf(speedup, sizeof(speedup), "%.2fx", reference_ms / ms);
+    printf("Elapsed ......: %.3f us (%s), %.3f Tflop/s, %.1f GB/s\n", ms * 1e3, speedup, flops / ms / 1e9, bytes / ms / 1e6);
+    printf("Average.......: %.6f ms over %d runs (%d warm-up, %d input set(s)), %.1f iterations/s\n", ms, o.runs,
+           o.warm_up_runs, sets, 1e3 / ms);
+    if (o.verbose >= 2)
+        printf("Counted.......: %.4g FLOP (unmasked only), %.4g bytes (K/V once per KV head); (Yx) is the speed-up over the reference kernel\n",
+               flops, bytes);
+    if (o.verbose >= 1) {
+        std::vector<uint16_t> first(std::min(4, p.head_dim));
+        check(hipMemcpy(first.data(), checked.o, first.size() * 2, hipMemcpyDeviceToHost), "copying samples");
+        printf("Samples.......: o[0,0,0,0:%zu] =", first.size());
+        for (uint16_t bits : first) printf(" %.5f", to_float(p.dtype, bits));
+        if (reference) {
+            std::vector<float> ref(first.size());
+            check(hipMemcpy(ref.data(), reference->get(), ref.size() * 4, hipMemcpyDeviceToHost), "copying samples");
+            printf("  reference =");
+            for (float r : ref) printf(" %.5f", r);
+        }
+        printf("\n");
+    }
+    return exit_code;
+}
+
+}  // namespace
+}  // namespace fmha
+
+int main(int argc, char** argv) {
+    using namespace fmha;
+    const ParsedCli cli = parse_cli(std::vector<std::string>(argv + 1, argv + argc));
+    if (!cli.errors.empty()) {
+        for (const std::string& e : cli.errors) fprintf(stderr, "fmha.exe: %s\n", e.c_str());
+        fprintf(stderr, "fmha.exe: see fmha.exe -help\n");
+        return kBadInput;
+    }
+    if (cli.options.help) {
+        printf("%s", usage().c_str());
+        return kSuccess;
+    }
+    try {
+        if (cli.options.list) return list_catalogue(query_device());
+        return run(cli.options);
+    } catch (const EnvironmentError& e) {
+        fprintf(stderr, "fmha.exe: %s\n", e.what());
+        return kEnvironment;
+    }
+}

@@ -1,0 +1,51 @@
+// The prefill family is generic over the cooperative group width: instantiate it at every
+// width up to the hardware wave size (8, 16, 32 on NVIDIA; also 64 on AMD) and check each.
+#include <gtest/gtest.h>
+
+#include "gpu_check.h"
+#include "kernels/prefill.h"
+
+namespace fmha {
+namespace {
+
+#if defined(__HIP_PLATFORM_NVIDIA__)
+constexpr Arch kArch = Arch::sm90;
+#else
+constexpr Arch kArch = Arch::gfx90a;
+#endif
+
+using Fp16Causal = KernelConfig<DType::fp16, 64, HeadsKind::gqa, Mask::causal, kArch>;
+using Bf16NoMask = KernelConfig<DType::bf16, 128, HeadsKind::gqa, Mask::nomask, kArch>;
+
+template <class Config>
+Problem problem(int s_q, int s_kv) {
+    Problem p;
+    p.dtype = Config::dtype, p.head_dim = Config::head_dim, p.causal = Config::mask == Mask::causal;
+    p.batch = 3, p.heads_q = 6, p.heads_kv = 2, p.seqlen_q = s_q, p.seqlen_kv = s_kv;
+    return p;
+}
+
+template <class Config, int kWidth>
+void check_width() {
+    if constexpr (kWidth <= wave_size(kArch)) {
+        for (auto [s_q, s_kv] : {std::pair{1, 5}, std::pair{37, 101}, std::pair{130, 130}}) {
+            const CaseResult r = run_case(&prefill::launch<Config, kWidth>, {problem<Config>(s_q, s_kv), {}, uint64_t(kWidth)});
+            EXPECT_TRUE(r.passed) << "group width " << kWidth << ": " << r.message;
+        }
+    }
+}
+
+TEST(GroupWidth, PrefillAtEveryWidth) {
+    if (!test_device().found) GTEST_SKIP() << "no GPU: " << test_device().error;
+    if (platform_of(*test_device().arch) != platform_of(kArch)) GTEST_SKIP() << "device of another platform";
+    check_width<Fp16Causal, 8>();
+    check_width<Fp16Causal, 16>();
+    check_width<Fp16Causal, 32>();
+    check_width<Fp16Causal, 64>();
+    check_width<Bf16NoMask, 16>();
+    check_width<Bf16NoMask, 32>();
+    check_width<Bf16NoMask, 64>();
+}
+
+}  // namespace
+}  // namespace fmha

@@ -1,0 +1,185 @@
+// Every kernel of the catalogue against the reference on random problems: odd sequence
+// lengths, GQA ratios, causal with and without windows, variable lengths, every layout,
+// peaky softmax, and batch x heads beyond 65,535. Skips when there is no GPU.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "fmha/host_numeric.h"
+#include "gpu_check.h"
+#include "reference/host_reference.h"
+#include "tool/device_tensors.h"
+
+namespace fmha {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                              \
+    if (!test_device().found) GTEST_SKIP() << "no GPU: " << test_device().error;
+
+Problem make(const KernelKey& key, int b, int h, int h_kv, int s_q, int s_kv) {
+    Problem p;
+    p.dtype = key.dtype, p.head_dim = key.head_dim, p.causal = key.mask == Mask::causal;
+    p.batch = b, p.heads_q = h, p.heads_kv = h_kv, p.seqlen_q = s_q, p.seqlen_kv = s_kv;
+    return p;
+}
+
+// (heads_q, heads_kv) pairs a kernel of this heads kind must handle.
+std::vector<std::pair<int, int>> head_shapes(HeadsKind heads) {
+    switch (heads) {
+        case HeadsKind::mha: return {{4, 4}};
+        case HeadsKind::mqa: return {{4, 1}};
+        case HeadsKind::gqa: return {{8, 2}, {6, 3}, {4, 4}, {4, 1}};
+    }
+    return {};
+}
+
+std::vector<GpuCase> cases_for(const KernelKey& key) {
+    struct Shape { int b, s_q, s_kv; };
+    // Odd and tile-straddling lengths; s_q > s_kv only without the causal mask.
+    std::vector<Shape> shapes = {{1, 1, 1}, {3, 1, 2}, {2, 7, 13}, {2, 33, 77}, {1, 64, 64}, {1, 129, 200}, {2, 1, 1000}, {1, 17, 300}};
+    if (key.mask == Mask::nomask) shapes.push_back({2, 50, 7});
+    const Layout layouts[] = {Layout::bhsd, Layout::bshd, Layout::qkv_packed};
+    std::vector<GpuCase> cases;
+    uint64_t seed = 1;
+    for (auto [h, h_kv] : head_shapes(key.heads)) {
+        for (const Shape& s : shapes) {
+            GpuCase c{make(key, s.b, h, h_kv, s.s_q, s.s_kv), {}, seed++};
+            c.problem.layout = layouts[seed % 3];
+            if (!c.problem.validate().empty()) c.problem.layout = Layout::bhsd;  // packed needs s_q == s_kv, MHA
+            cases.push_back(c);
+        }
+        GpuCase peaky{make(key, 2, h, h_kv, 33, 77), {}, seed++, 8.f};
+        cases.push_back(peaky);
+        GpuCase varlen{make(key, 5, h, h_kv, 40, 40), {{1, 40, 17, 33, 2}, {1, 40, 17, 33, 2}}, seed++};
+        cases.push_back(varlen);
+        GpuCase decode_varlen{make(key, 3, h, h_kv, 1, 90), {{1, 1, 1}, {90, 1, 65}}, seed++};
+        cases.push_back(decode_varlen);
+        if (key.mask == Mask::causal) {
+            for (int window : {1, 5, 64}) {
+                GpuCase windowed{make(key, 2, h, h_kv, 129, 200), {}, seed++};
+                windowed.problem.window = window;
+                cases.push_back(windowed);
+            }
+        }
+    }
+    return cases;
+}
+
+std::vector<std::string> catalogue_names() {
+    std::vector<std::string> names;
+    for (const KernelEntry& entry : kernel_table()) names.push_back(kernel_name(entry.key));
+    return names;
+}
+
+class Catalogue : public ::testing::TestWithParam<std::string> {
+  protected:
+    const KernelEntry* kernel_ = nullptr;
+
+    void SetUp() override {
+        SKIP_WITHOUT_GPU();
+        kernel_ = find_kernel(*parse_kernel_name(GetParam()));
+        if (test_device().arch != kernel_->key.arch)
+            GTEST_SKIP() << GetParam() << " is for " << token(kernel_->key.arch) << ", the device is " << test_device().arch_name;
+    }
+};
+
+TEST_P(Catalogue, MatchesReferenceOnRandomShapes) {
+    for (const GpuCase& c : cases_for(kernel_->key)) {
+        ASSERT_TRUE(c.problem.validate().empty()) << c.describe();
+        const CaseResult r = run_case(kernel_->launch, c);
+        EXPECT_TRUE(r.passed) << r.message;
+    }
+}
+
+TEST_P(Catalogue, BatchTimesHeadsBeyondGridLimit) {
+    // 4100 x 16 = 65,600 (b, h) pairs: more than a grid's y or z dimension can hold.
+    const KernelKey& key = kernel_->key;
+    const int h_kv = key.heads == HeadsKind::mha ? 16 : key.heads == HeadsKind::mqa ? 1 : 4;
+    const CaseResult r = run_case(kernel_->launch, {make(key, 4100, 16, h_kv, 1, 3), {}, 7});
+    EXPECT_TRUE(r.passed) << r.message;
+}
+
+TEST_P(Catalogue, RejectsParamsOfAnotherTuple) {
+    // The launcher refuses, rather than miscomputes, a problem its tuple does not cover.
+    const KernelKey& key = kernel_->key;
+    TensorSet tensors(make(key, 1, 4, 4, 4, 4));
+    tensors.params.heads_kv = key.heads == HeadsKind::mqa ? 2 : key.heads == HeadsKind::mha ? 1 : 3;  // 4 % 3 != 0
+    EXPECT_NE(kernel_->launch(tensors.params, nullptr), hipSuccess);
+    (void)hipGetLastError();
+    tensors.params.heads_kv = key.heads == HeadsKind::mqa ? 1 : 4;
+    tensors.params.head_dim = key.head_dim + 8;
+    EXPECT_NE(kernel_->launch(tensors.params, nullptr), hipSuccess);
+    (void)hipGetLastError();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKernels, Catalogue, ::testing::ValuesIn(catalogue_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Long sequences, for the kernels of one shape per mask (each case takes the reference long).
+TEST(LongSequences, SixteenThousandKeys) {
+    SKIP_WITHOUT_GPU();
+    for (Mask mask : {Mask::nomask, Mask::causal}) {
+        const KernelKey key{DType::fp16, 128, HeadsKind::mha, mask, Family::prefill, *test_device().arch};
+        const KernelEntry* kernel = find_kernel(key);
+        if (!kernel) continue;
+        for (auto [s_q, s_kv] : {std::pair{16384, 16384}, std::pair{1, 16384}, std::pair{3, 16383}}) {
+            const CaseResult r = run_case(kernel->launch, {make(key, 1, 2, 2, s_q, s_kv), {}, 11});
+            EXPECT_TRUE(r.passed) << r.message;
+        }
+    }
+}
+
+// The device reference is itself checked against the host reference (double precision).
+TEST(DeviceReference, MatchesHostReference) {
+    SKIP_WITHOUT_GPU();
+    for (DType dtype : {DType::fp16, DType::bf16}) {
+        for (bool causal : {false, true}) {
+            Problem p;
+            p.dtype = dtype, p.batch = 2, p.heads_q = 6, p.heads_kv = 2, p.seqlen_q = 5, p.seqlen_kv = 70, p.head_dim = 72;
+            p.causal = causal, p.window = causal ? 20 : 0, p.layout = Layout::bshd;
+            TensorSet tensors(p);
+            tensors.fill(p, 5, 3.f);
+            DeviceBuffer device_out(4 * tensors.sizes.o);
+            check(reference_forward(tensors.params, dtype, causal, device_out.get<float>()), "reference");
+            std::vector<float> device(tensors.sizes.o);
+            check(hipMemcpy(device.data(), device_out.get(), device.size() * 4, hipMemcpyDeviceToHost), "copy");
+
+            // Inputs to host, in logical [b, h, s, d] order, as floats.
+            auto logical = [&](const void* base, const TensorStrides& s, int heads, int seq) {
+                std::vector<uint16_t> raw(s.batch * p.batch);
+                check(hipMemcpy(raw.data(), base, raw.size() * 2, hipMemcpyDeviceToHost), "copy");
+                std::vector<float> out;
+                for (int b = 0; b < p.batch; ++b)
+                    for (int h = 0; h < heads; ++h)
+                        for (int i = 0; i < seq; ++i)
+                            for (int c = 0; c < p.head_dim; ++c)
+                                out.push_back(to_float(dtype, raw[b * s.batch + h * s.head + i * s.row + c]));
+                return out;
+            };
+            const FwdParams& f = tensors.params;
+            const auto host = host_reference(p, {}, logical(f.q, f.q_strides, p.heads_q, p.seqlen_q),
+                                             logical(f.k, f.k_strides, p.heads_kv, p.seqlen_kv),
+                                             logical(f.v, f.v_strides, p.heads_kv, p.seqlen_kv));
+            ASSERT_EQ(host.size(), device.size());
+            for (size_t i = 0; i < host.size(); ++i) ASSERT_NEAR(device[i], host[i], 2e-5) << "element " << i;
+        }
+    }
+}
+
+// The comparison catches what it must: a NaN left in the output fails the check.
+TEST(Compare, PoisonFailsTheCheck) {
+    SKIP_WITHOUT_GPU();
+    Problem p;
+    p.batch = 1, p.heads_q = 1, p.heads_kv = 1, p.seqlen_q = 3, p.seqlen_kv = 3, p.head_dim = 64;
+    TensorSet tensors(p);
+    tensors.fill(p, 1);  // O stays poisoned: no kernel ran
+    DeviceBuffer reference(4 * tensors.sizes.o);
+    check(reference_forward(tensors.params, p.dtype, false, reference.get<float>()), "reference");
+    CompareResult cmp;
+    check(compare_with_reference(tensors.params, p.dtype, reference.get<float>(), default_tolerance(p.dtype), &cmp), "compare");
+    EXPECT_FALSE(cmp.passed(default_tolerance(p.dtype)));
+    EXPECT_EQ(cmp.nan_count, 3 * 64);
+}
+
+}  // namespace
+}  // namespace fmha

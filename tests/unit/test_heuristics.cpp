@@ -1,0 +1,68 @@
+// The heuristic table: exact-key lookups, heads-kind fallbacks, and the no-kernel answers.
+#include <gtest/gtest.h>
+
+#include "fmha/heuristics.h"
+#include "platform/device.h"
+
+namespace fmha {
+namespace {
+
+// An arch of this build's platform with kernels in the table.
+Arch some_arch() { return kernel_table().front().key.arch; }
+
+Problem make(int h, int h_kv, int d, DType dtype = DType::fp16, bool causal = false) {
+    Problem p;
+    p.batch = 2, p.heads_q = h, p.heads_kv = h_kv, p.seqlen_q = 3, p.seqlen_kv = 5, p.head_dim = d;
+    p.dtype = dtype, p.causal = causal;
+    return p;
+}
+
+TEST(Heuristics, PicksTheExactKernelWhenPresent) {
+    ASSERT_FALSE(kernel_table().empty());
+    for (const KernelEntry& entry : kernel_table()) {
+        const KernelKey& k = entry.key;
+        const int h_kv = k.heads == HeadsKind::mha ? 8 : k.heads == HeadsKind::mqa ? 1 : 2;
+        const Problem p = make(8, h_kv, k.head_dim, k.dtype, k.mask == Mask::causal);
+        const Selection s = select_kernel(p, k.arch);
+        ASSERT_NE(s.entry, nullptr) << kernel_name(k);
+        EXPECT_EQ(s.entry->key.dtype, k.dtype);
+        EXPECT_EQ(s.entry->key.head_dim, k.head_dim);
+        EXPECT_EQ(s.entry->key.mask, k.mask);
+        EXPECT_EQ(s.entry->key.heads, k.heads) << "exact heads kind preferred: " << s.reason;
+        EXPECT_FALSE(s.reason.empty());
+    }
+}
+
+TEST(Heuristics, KernelSupportChecksEveryField) {
+    const KernelKey gqa{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::prefill, some_arch()};
+    EXPECT_TRUE(kernel_supports(gqa, make(8, 2, 128)));
+    EXPECT_TRUE(kernel_supports(gqa, make(8, 8, 128)));   // GQA covers MHA
+    EXPECT_TRUE(kernel_supports(gqa, make(8, 1, 128)));   // and MQA
+    std::string why;
+    EXPECT_FALSE(kernel_supports(gqa, make(8, 2, 64), &why));
+    EXPECT_NE(why.find("head_dim"), std::string::npos);
+    EXPECT_FALSE(kernel_supports(gqa, make(8, 2, 128, DType::bf16), &why));
+    EXPECT_FALSE(kernel_supports(gqa, make(8, 2, 128, DType::fp16, true), &why));
+    const KernelKey mha{DType::fp16, 128, HeadsKind::mha, Mask::nomask, Family::prefill, some_arch()};
+    EXPECT_FALSE(kernel_supports(mha, make(8, 2, 128), &why));
+    const KernelKey mqa{DType::fp16, 128, HeadsKind::mqa, Mask::nomask, Family::prefill, some_arch()};
+    EXPECT_FALSE(kernel_supports(mqa, make(8, 2, 128)));
+}
+
+TEST(Heuristics, NoKernelForAHeadDimOutsideTheCatalogue) {
+    const Problem p = make(8, 8, 72);
+    EXPECT_FALSE(catalogue_covers(p));
+    EXPECT_EQ(select_kernel(p, some_arch()).entry, nullptr);
+    const auto nearest = nearest_kernels(p);
+    ASSERT_FALSE(nearest.empty());
+    EXPECT_NE(nearest.front().find("fp16"), std::string::npos);
+    EXPECT_NE(regenerate_command(p).find("--head-dims 72"), std::string::npos);
+}
+
+TEST(Heuristics, NoKernelForAnArchOfAnotherPlatform) {
+    const Arch other = build_platform() == Platform::nvidia ? Arch::gfx90a : Arch::sm90;
+    EXPECT_EQ(select_kernel(make(8, 8, 128), other).entry, nullptr);
+}
+
+}  // namespace
+}  // namespace fmha

@@ -1,0 +1,92 @@
+// Problem validation, layout strides, and the FLOP and byte counts fmha.exe reports.
+#include <gtest/gtest.h>
+
+#include "fmha/problem.h"
+
+namespace fmha {
+namespace {
+
+Problem make(int b, int h, int h_kv, int s_q, int s_kv, int d, bool causal = false) {
+    Problem p;
+    p.batch = b, p.heads_q = h, p.heads_kv = h_kv, p.seqlen_q = s_q, p.seqlen_kv = s_kv, p.head_dim = d, p.causal = causal;
+    return p;
+}
+
+TEST(Problem, HeadsKind) {
+    EXPECT_EQ(make(1, 8, 8, 1, 1, 64).heads_kind(), HeadsKind::mha);
+    EXPECT_EQ(make(1, 8, 2, 1, 1, 64).heads_kind(), HeadsKind::gqa);
+    EXPECT_EQ(make(1, 8, 1, 1, 1, 64).heads_kind(), HeadsKind::mqa);
+    EXPECT_EQ(make(1, 1, 1, 1, 1, 64).heads_kind(), HeadsKind::mha);
+}
+
+TEST(Problem, ValidAndInvalid) {
+    EXPECT_TRUE(make(30720, 32, 32, 1, 2, 256).validate().empty());
+    EXPECT_FALSE(make(0, 32, 32, 1, 2, 256).validate().empty());
+    EXPECT_FALSE(make(1, -3, 1, 1, 2, 256).validate().empty());
+    EXPECT_FALSE(make(1, 32, 32, 1, 0, 256).validate().empty());
+    EXPECT_FALSE(make(1, 32, 5, 1, 2, 256).validate().empty());            // 32 % 5
+    EXPECT_FALSE(make(1, 8, 8, 9, 4, 64, true).validate().empty());         // causal, s_q > s_kv
+    EXPECT_TRUE(make(1, 8, 8, 9, 4, 64, false).validate().empty());         // cross attention is fine
+    EXPECT_FALSE(make(1 << 30, 1 << 14, 1 << 14, 1 << 14, 1 << 14, 256).validate().empty());  // offsets overflow
+    Problem window = make(1, 8, 8, 4, 4, 64);
+    window.window = 3;
+    EXPECT_FALSE(window.validate().empty());  // a window needs the causal mask
+    Problem packed = make(1, 8, 2, 4, 4, 64);
+    packed.layout = Layout::qkv_packed;
+    EXPECT_FALSE(packed.validate().empty());  // packed QKV cannot hold GQA
+}
+
+TEST(Problem, DefaultScaleIsInverseSqrtHeadDim) {
+    EXPECT_FLOAT_EQ(make(1, 1, 1, 1, 1, 256).softmax_scale(), 1.f / 16.f);
+    Problem p = make(1, 1, 1, 1, 1, 256);
+    p.scale = 0.5f;
+    EXPECT_FLOAT_EQ(p.softmax_scale(), 0.5f);
+}
+
+TEST(Problem, LayoutStridesAddressTheSameLogicalElement) {
+    // Element (b=1, h=2, s=3, c=5) of Q in each layout.
+    Problem p = make(2, 4, 4, 6, 6, 16);
+    p.layout = Layout::bhsd;
+    LayoutStrides s = layout_strides(p);
+    EXPECT_EQ(1 * s.q.batch + 2 * s.q.head + 3 * s.q.row + 5, ((1 * 4 + 2) * 6 + 3) * 16 + 5);
+    p.layout = Layout::bshd;
+    s = layout_strides(p);
+    EXPECT_EQ(1 * s.q.batch + 2 * s.q.head + 3 * s.q.row + 5, ((1 * 6 + 3) * 4 + 2) * 16 + 5);
+    p.layout = Layout::qkv_packed;  // [b, s, 3, h, d]: K is slot 1
+    s = layout_strides(p);
+    EXPECT_EQ(s.k_offset + 1 * s.k.batch + 2 * s.k.head + 3 * s.k.row + 5, (((1 * 6 + 3) * 3 + 1) * 4 + 2) * 16 + 5);
+    EXPECT_EQ(buffer_sizes(p).q, 3 * 2 * 6 * 4 * 16);
+}
+
+TEST(Problem, BottomRightCausalVisibility) {
+    Problem p = make(1, 1, 1, 2, 5, 64, true);
+    // s_q = 2, s_kv = 5: row 0 sees keys 0..3, row 1 sees 0..4.
+    EXPECT_EQ(visible_keys(p, 0, 2, 5).first, 0);
+    EXPECT_EQ(visible_keys(p, 0, 2, 5).last, 3);
+    EXPECT_EQ(visible_keys(p, 1, 2, 5).last, 4);
+    p.window = 2;  // the 2 keys ending at the diagonal
+    EXPECT_EQ(visible_keys(p, 0, 2, 5).first, 2);
+    EXPECT_EQ(visible_keys(p, 0, 2, 5).last, 3);
+}
+
+TEST(Counts, HeadlineConfigMovesThreeGigabytes) {
+    // SPEC config 3: b 30720, h 32, s_q 1, s_kv 2, d 256, fp16 -> 3.02 GB.
+    const Problem p = make(30720, 32, 32, 1, 2, 256);
+    const double q = 30720.0 * 32 * 1 * 256 * 2, kv = 30720.0 * 32 * 2 * 256 * 2;
+    EXPECT_DOUBLE_EQ(byte_count(p, {}), 2 * q + 2 * kv);
+    EXPECT_NEAR(byte_count(p, {}) / 1e9, 3.02, 0.01);
+    EXPECT_DOUBLE_EQ(flop_count(p, {}), 30720.0 * 32 * 1 * 2 * 4 * 256);
+}
+
+TEST(Counts, KvCountedOncePerKvHeadAndOnlyUnmaskedFlops) {
+    const Problem gqa = make(2, 8, 2, 4, 4, 64);
+    EXPECT_DOUBLE_EQ(byte_count(gqa, {}), 2.0 * 64 * (2 * 2 * 4 * 8 + 2 * 2 * 4 * 2));
+    const Problem causal = make(1, 1, 1, 4, 4, 64, true);
+    EXPECT_DOUBLE_EQ(flop_count(causal, {}), (1 + 2 + 3 + 4) * 4.0 * 64);
+    SeqLens lens{{1, 3}, {2, 3}};
+    const Problem varlen = make(2, 1, 1, 3, 3, 64);
+    EXPECT_DOUBLE_EQ(flop_count(varlen, lens), (1 * 2 + 3 * 3) * 4.0 * 64);
+}
+
+}  // namespace
+}  // namespace fmha

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build, the whole test suite, the SPEC runs, the sanitizers and
+# a regeneration for a new head_dim. Logs go to $OUT (or ./device-logs); a summary prints last.
+set -u
+OUT=${OUT:-device-logs}
+mkdir -p "$OUT"
+summary=()
+step() { # step NAME COMMAND...: runs, logs to $OUT/NAME.log, records the exit code
+    local name=$1; shift
+    local start=$SECONDS
+    "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
+    return $rc
+}
+{ nvidia-smi; date -u; uname -a; } > "$OUT/machine.log" 2>&1
+step build make JOBS=16
+step test make test JOBS=16
+for run in "-d 256 -b 30720 -h 32 -s 2 -fp16" \
+           "-d 256 -b 30720 -h 16 -s 2 -s-q 1 -fp16" "-d 128 -b 30720 -h 16 -s 2 -s-q 1 -fp16" \
+           "-d 256 -b 30720 -h 32 -s 2 -s-q 1 -fp16" "-d 128 -b 30720 -h 32 -s 2 -s-q 1 -fp16"; do
+    echo "== bin/fmha.exe $run" >> "$OUT/spec_runs.log"
+    bin/fmha.exe $run >> "$OUT/spec_runs.log" 2>&1
+    echo "rc=$?" >> "$OUT/spec_runs.log"
+done
+summary+=("spec_runs: $(grep -c 'Checks........: SUCCESS' "$OUT/spec_runs.log")/5 SUCCESS")
+SMALL="-b 3 -h 8 -gqa 2 -s 300 -s-q 77 -d 128 -causal-mask -runs 1 -warm-up-runs 0"
+step memcheck compute-sanitizer --tool memcheck --error-exitcode 9 bin/fmha.exe $SMALL
+step racecheck compute-sanitizer --tool racecheck --error-exitcode 9 bin/fmha.exe $SMALL
+step memcheck_decode compute-sanitizer --tool memcheck --error-exitcode 9 bin/fmha.exe -b 300 -h 16 -s 2 -s-q 1 -d 256 -runs 1 -warm-up-runs 0
+step regen96 sh -c "python3 setup.py --head-dims 96 && make JOBS=16 && bin/fmha.exe -d 96 -b 4 -h 8 -s 257 -causal-mask && bin/fmha.exe -d 96 -b 30720 -h 16 -s 2 -s-q 1 -gqa 4"
+python3 setup.py > /dev/null  # back to the default catalogue
+grep -E "passed|failed" "$OUT/test.log" | tail -1 | sed 's/^/pytest: /' >> "$OUT/summary.txt"
+printf '%s\n' "${summary[@]}" >> "$OUT/summary.txt"
+grep -h -E "^(Device|Kernel|Checks|Elapsed|Average)" "$OUT/spec_runs.log" | head -12
+grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck*.log "$OUT"/racecheck.log
+grep -h -E "^(Kernel|Checks)" "$OUT/regen96.log"
+cat "$OUT/summary.txt"
