@@ -5,8 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .archs import ARCHS
-from .catalogue import DEFAULT_AXES, FAMILIES, KernelConfig, enumerate_configs
+from .catalogue import DEFAULT_AXES, enumerate_configs
 from .render import write_all
 
 REPO = Path(__file__).resolve().parent.parent

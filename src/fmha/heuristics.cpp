@@ -12,15 +12,8 @@ bool heads_fit(HeadsKind kernel, const Problem& p) {
     return kernel == HeadsKind::gqa || kernel == p.heads_kind();
 }
 
-struct FamilyChoice {
-    Family family;
-    const char* reason;
-};
-
 // Families in order of preference for the problem. The prefill family handles every shape.
-std::vector<FamilyChoice> family_preference(const Problem&) {
-    return {{Family::prefill, "prefill: the tiled family, correct for every seqlen_q/seqlen_kv"}};
-}
+std::vector<Family> family_preference(const Problem&) { return {Family::prefill}; }
 
 }  // namespace
 
@@ -37,11 +30,11 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
 }
 
 Selection select_kernel(const Problem& p, Arch arch) {
-    for (const FamilyChoice& choice : family_preference(p)) {
+    for (Family family : family_preference(p)) {
         for (HeadsKind heads : {p.heads_kind(), HeadsKind::gqa}) {
-            const KernelEntry* entry = find_kernel({p.dtype, p.head_dim, heads, p.mask(), choice.family, arch});
+            const KernelEntry* entry = find_kernel({p.dtype, p.head_dim, heads, p.mask(), family, arch});
             if (!entry) continue;
-            std::string reason = choice.reason;
+            std::string reason = std::string(token(family)) + " family: " + kFamilyDescriptions[static_cast<int>(family)];
             if (heads != p.heads_kind())
                 reason += std::string("; no ") + token(p.heads_kind()) + " kernel, the gqa kernel covers it";
             return {entry, reason};

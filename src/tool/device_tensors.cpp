@@ -55,4 +55,20 @@ void TensorSet::set_lengths(const int* device_lengths, int batch) {
     params.seqlens_kv = device_lengths ? device_lengths + batch : nullptr;
 }
 
+std::vector<uint16_t> copy_logical(const void* base, const TensorStrides& s, int batch, int heads, int seq,
+                                   int head_dim) {
+    // The span from the first element to the end of the last row.
+    const int64_t extent = (batch - 1) * s.batch + (heads - 1) * s.head + (seq - 1) * s.row + head_dim;
+    std::vector<uint16_t> span(extent), logical;
+    check(hipMemcpy(span.data(), base, span.size() * 2, hipMemcpyDeviceToHost), "copying to host");
+    logical.reserve(int64_t(batch) * heads * seq * head_dim);
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t i = 0; i < seq; ++i) {
+                const uint16_t* row = span.data() + b * s.batch + h * s.head + i * s.row;
+                logical.insert(logical.end(), row, row + head_dim);
+            }
+    return logical;
+}
+
 }  // namespace fmha

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "fmha/params.h"
 #include "fmha/problem.h"
@@ -46,5 +47,10 @@ struct TensorSet {
     DeviceBuffer qkv, k, v, o;  // packed QKV: all three in qkv
     FwdParams params;
 };
+
+// The [batch, heads, seq, head_dim] tensor at `base` (device) with strides `s`, copied to the
+// host in logical order.
+std::vector<uint16_t> copy_logical(const void* base, const TensorStrides& s, int batch, int heads, int seq,
+                                   int head_dim);
 
 }  // namespace fmha

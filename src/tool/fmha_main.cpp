@@ -96,26 +96,9 @@ SeqLens draw_lengths(const Options& o) {
     return lens;
 }
 
-// Copies a [batch, heads, seq, head_dim] tensor out of its layout, in logical order.
-std::vector<uint16_t> gather(const void* device_base, int64_t buffer_elements, const TensorStrides& s,
-                             int64_t offset, int batch, int heads, int seq, int head_dim) {
-    std::vector<uint16_t> buffer(buffer_elements), logical;
-    check(hipMemcpy(buffer.data(), device_base, buffer.size() * 2, hipMemcpyDeviceToHost), "copying to host");
-    logical.reserve(int64_t(batch) * heads * seq * head_dim);
-    for (int64_t b = 0; b < batch; ++b)
-        for (int64_t h = 0; h < heads; ++h)
-            for (int64_t i = 0; i < seq; ++i) {
-                const uint16_t* row = buffer.data() + offset + b * s.batch + h * s.head + i * s.row;
-                logical.insert(logical.end(), row, row + head_dim);
-            }
-    return logical;
-}
-
 void save_tensors(const Options& o, const TensorSet& set, const float* reference,
                   const SeqLens& lens, const std::string& kernel) {
     const Problem& p = o.problem;
-    const LayoutStrides s = layout_strides(p);
-    const BufferSizes& sizes = set.sizes;
     mkdir(o.save_dir.c_str(), 0755);
     std::string error;
     auto save = [&](const char* name, std::vector<uint16_t> bits, int heads, int seq) {
@@ -130,15 +113,13 @@ void save_tensors(const Options& o, const TensorSet& set, const float* reference
         }
         if (!ok) throw EnvironmentError(error);
     };
-    const bool packed = p.layout == Layout::qkv_packed;
-    save("q", gather(set.qkv.get(), sizes.q, s.q, 0, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
-    save("k", gather(packed ? set.qkv.get() : set.k.get(), packed ? sizes.q : sizes.k, s.k, s.k_offset, p.batch,
-                     p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
-    save("v", gather(packed ? set.qkv.get() : set.v.get(), packed ? sizes.q : sizes.v, s.v, s.v_offset, p.batch,
-                     p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
-    save("o", gather(set.o.get(), sizes.o, s.o, 0, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
+    const FwdParams& f = set.params;
+    save("q", copy_logical(f.q, f.q_strides, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
+    save("k", copy_logical(f.k, f.k_strides, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
+    save("v", copy_logical(f.v, f.v_strides, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
+    save("o", copy_logical(f.o, f.o_strides, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
     if (reference) {
-        std::vector<float> ref(sizes.o);
+        std::vector<float> ref(set.sizes.o);
         check(hipMemcpy(ref.data(), reference, ref.size() * 4, hipMemcpyDeviceToHost), "copying the reference");
         if (!write_npy(o.save_dir + "/reference.npy", "<f4", {p.batch, p.heads_q, p.seqlen_q, p.head_dim}, ref.data(),
                        ref.size() * 4, &error))
@@ -161,6 +142,47 @@ void save_tensors(const Options& o, const TensorSet& set, const float* reference
          << "  \"seqlens_kv\": " << (lens.kv.empty() ? "null" : list(lens.kv)) << ",\n"
          << "  \"causal_rule\": \"query i sees key j iff i + len_kv - len_q - window < j <= i + len_kv - len_q (window 0: no lower bound)\"\n}\n";
     if (!meta) throw EnvironmentError("cannot write " + o.save_dir + "/meta.json");
+}
+
+// Milliseconds the device spends on what `work` enqueues (events around it).
+template <class Work>
+float device_ms(const std::string& what, Work&& work) {
+    hipEvent_t start, stop;
+    check(hipEventCreate(&start), "creating an event");
+    check(hipEventCreate(&stop), "creating an event");
+    check(hipEventRecord(start), "recording an event");
+    work();
+    check(hipEventRecord(stop), "recording an event");
+    check(hipEventSynchronize(stop), what);
+    float ms = 0;
+    check(hipEventElapsedTime(&ms, start, stop), "reading events");
+    (void)hipEventDestroy(start);
+    (void)hipEventDestroy(stop);
+    return ms;
+}
+
+// Runs the reference (timed once), compares, prints the Checks line; true when it passed.
+bool check_against_reference(const Problem& p, const FwdParams& params, float* reference, float* reference_ms) {
+    *reference_ms = device_ms("running the reference", [&] {
+        check(reference_forward(params, p.dtype, p.causal, reference), "launching the reference");
+    });
+    const Tolerance tol = default_tolerance(p.dtype);
+    CompareResult result;
+    check(compare_with_reference(params, p.dtype, reference, tol, &result), "comparing");
+    const bool ok = result.passed(tol);
+    printf("Checks........: %s (%s; tolerance |err| <= %.0e + %.0e*|ref|, rel L2 <= %.0e)\n", ok ? "SUCCESS" : "FAILED",
+           result.describe(params).c_str(), tol.atol, tol.rtol, tol.rel_l2);
+    return ok;
+}
+
+// Average milliseconds of one launch over o.runs after o.warm_up_runs, rotating input sets.
+double time_runs(const Options& o, const KernelEntry& kernel, const std::vector<std::unique_ptr<TensorSet>>& sets,
+                 const std::string& name) {
+    auto launch = [&](int i) { check(kernel.launch(sets[i % sets.size()]->params, nullptr), "launching " + name); };
+    for (int i = 0; i < o.warm_up_runs; ++i) launch(i);
+    return device_ms("running " + name, [&] {
+               for (int i = 0; i < o.runs; ++i) launch(i);
+           }) / o.runs;
 }
 
 int run(const Options& o) {
@@ -235,40 +257,16 @@ int run(const Options& o) {
     int exit_code = kSuccess;
     float reference_ms = 0;
     std::unique_ptr<DeviceBuffer> reference;
-    hipEvent_t start, stop;
-    check(hipEventCreate(&start), "creating events");
-    check(hipEventCreate(&stop), "creating events");
     if (!o.skip_checks) {
         reference = std::make_unique<DeviceBuffer>(size_t(reference_bytes));
-        check(hipEventRecord(start), "recording an event");
-        check(reference_forward(checked, p.dtype, p.causal, reference->get<float>()), "launching the reference");
-        check(hipEventRecord(stop), "recording an event");
-        check(hipEventSynchronize(stop), "running the reference");
-        check(hipEventElapsedTime(&reference_ms, start, stop), "timing the reference");
-        const Tolerance tol = default_tolerance(p.dtype);
-        CompareResult result;
-        check(compare_with_reference(checked, p.dtype, reference->get<float>(), tol, &result), "comparing");
-        const bool ok = result.passed(tol);
-        printf("Checks........: %s (%s; tolerance |err| <= %.0e + %.0e*|ref|, rel L2 <= %.0e)\n", ok ? "SUCCESS" : "FAILED",
-               result.describe(checked).c_str(), tol.atol, tol.rtol, tol.rel_l2);
-        if (!ok) exit_code = kChecksFailed;
+        if (!check_against_reference(p, checked, reference->get<float>(), &reference_ms)) exit_code = kChecksFailed;
     }
     if (!o.save_dir.empty()) {
         save_tensors(o, *tensors[0], reference ? reference->get<float>() : nullptr, lens, name);
         if (o.verbose >= 1) printf("Saved.........: q, k, v, o%s .npy and meta.json in %s\n", reference ? ", reference" : "", o.save_dir.c_str());
     }
 
-    for (int i = 0; i < o.warm_up_runs; ++i) check(kernel->launch(tensors[i % sets]->params, nullptr), "launching " + name);
-    check(hipEventRecord(start), "recording an event");
-    for (int i = 0; i < o.runs; ++i) check(kernel->launch(tensors[i % sets]->params, nullptr), "launching " + name);
-    check(hipEventRecord(stop), "recording an event");
-    check(hipEventSynchronize(stop), "running " + name);
-    float total_ms = 0;
-    check(hipEventElapsedTime(&total_ms, start, stop), "timing");
-    (void)hipEventDestroy(start);
-    (void)hipEventDestroy(stop);
-
-    const double ms = total_ms / o.runs;
+    const double ms = time_runs(o, *kernel, tensors, name);
     const double flops = flop_count(p, lens), bytes = byte_count(p, lens);
     char speedup[32] = "n/a";
     if (!o.skip_checks) snprintf(speedup, sizeof(speedup), "%.2fx", reference_ms / ms);

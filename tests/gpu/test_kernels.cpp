@@ -144,16 +144,10 @@ TEST(DeviceReference, MatchesHostReference) {
             std::vector<float> device(tensors.sizes.o);
             check(hipMemcpy(device.data(), device_out.get(), device.size() * 4, hipMemcpyDeviceToHost), "copy");
 
-            // Inputs to host, in logical [b, h, s, d] order, as floats.
+            // Inputs to the host, in logical [b, h, s, d] order, as floats.
             auto logical = [&](const void* base, const TensorStrides& s, int heads, int seq) {
-                std::vector<uint16_t> raw(s.batch * p.batch);
-                check(hipMemcpy(raw.data(), base, raw.size() * 2, hipMemcpyDeviceToHost), "copy");
                 std::vector<float> out;
-                for (int b = 0; b < p.batch; ++b)
-                    for (int h = 0; h < heads; ++h)
-                        for (int i = 0; i < seq; ++i)
-                            for (int c = 0; c < p.head_dim; ++c)
-                                out.push_back(to_float(dtype, raw[b * s.batch + h * s.head + i * s.row + c]));
+                for (uint16_t bits : copy_logical(base, s, p.batch, heads, seq, p.head_dim)) out.push_back(to_float(dtype, bits));
                 return out;
             };
             const FwdParams& f = tensors.params;
