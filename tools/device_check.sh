@@ -25,14 +25,22 @@ for run in "-d 256 -b 30720 -h 32 -s 2 -fp16" \
 done
 summary+=("spec_runs: $(grep -c 'Checks........: SUCCESS' "$OUT/spec_runs.log")/5 SUCCESS")
 SMALL="-b 3 -h 8 -gqa 2 -s 300 -s-q 77 -d 128 -causal-mask -runs 1 -warm-up-runs 0"
-step memcheck compute-sanitizer --tool memcheck --error-exitcode 9 bin/fmha.exe $SMALL
-step racecheck compute-sanitizer --tool racecheck --error-exitcode 9 bin/fmha.exe $SMALL
-step memcheck_decode compute-sanitizer --tool memcheck --error-exitcode 9 bin/fmha.exe -b 300 -h 16 -s 2 -s-q 1 -d 256 -runs 1 -warm-up-runs 0
+sanitize() { # sanitize TOOL COMMAND...: appends to sanitizers.log
+    echo "== compute-sanitizer --tool $*" >> "$OUT/sanitizers.log"
+    compute-sanitizer --tool "$@" >> "$OUT/sanitizers.log" 2>&1
+    local rc=$?
+    summary+=("$(printf '%-22s rc=%s' "sanitizer $1" "$rc")")
+}
+sanitize memcheck --error-exitcode 9 bin/fmha.exe $SMALL
+sanitize racecheck --error-exitcode 9 bin/fmha.exe $SMALL
+sanitize synccheck --error-exitcode 9 bin/fmha.exe $SMALL
+sanitize memcheck --error-exitcode 9 bin/fmha.exe -b 300 -h 16 -s 2 -s-q 1 -d 256 -runs 1 -warm-up-runs 0
+sanitize racecheck --error-exitcode 9 bin/fmha_gpu_tests --gtest_filter=GroupWidth.*
 step regen96 sh -c "python3 setup.py --head-dims 96 && make JOBS=16 && bin/fmha.exe -d 96 -b 4 -h 8 -s 257 -causal-mask && bin/fmha.exe -d 96 -b 30720 -h 16 -s 2 -s-q 1 -gqa 4"
 python3 setup.py > /dev/null  # back to the default catalogue
 grep -E "passed|failed" "$OUT/test.log" | tail -1 | sed 's/^/pytest: /' >> "$OUT/summary.txt"
 printf '%s\n' "${summary[@]}" >> "$OUT/summary.txt"
 grep -h -E "^(Device|Kernel|Checks|Elapsed|Average)" "$OUT/spec_runs.log" | head -12
-grep -h -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck*.log "$OUT"/racecheck.log
+grep -h -E "^== compute|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizers.log"
 grep -h -E "^(Kernel|Checks)" "$OUT/regen96.log"
 cat "$OUT/summary.txt"
