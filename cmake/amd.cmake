@@ -85,8 +85,6 @@ function(fmha_platform_setup target)
   # The link step must name a target, or hipcc probes for a GPU.
   target_link_options(${target} PRIVATE --offload-arch=${FIRST_TARGET})
 endfunction()
-function(fmha_device_target target)
-endfunction()
 
 add_custom_target(resources
   COMMAND ${FMHA_PYTHON} ${CMAKE_SOURCE_DIR}/tools/resources.py ${CMAKE_BINARY_DIR}/resources

@@ -34,7 +34,5 @@ function(fmha_platform_setup target)
   set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${CUDA_ARCHS}")
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${NVCC_FLAGS}>)
 endfunction()
-function(fmha_device_target target)
-endfunction()
 
 add_custom_target(resources COMMAND ${CMAKE_COMMAND} -E echo "resources: the AMD build's report (make resources PLATFORM=amd)")
