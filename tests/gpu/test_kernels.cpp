@@ -55,6 +55,10 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
         GpuCase decode_varlen{make(key, 3, h, h_kv, 1, 90), {{1, 1, 1}, {90, 1, 65}}, seed++};
         cases.push_back(decode_varlen);
         if (key.mask == Mask::causal) {
+            // Sequences with more queries than keys: bottom-right alignment leaves the first
+            // rows with no visible key, which must come out as zeros, not NaN.
+            GpuCase empty_rows{make(key, 2, h, h_kv, 70, 70), {{70, 9}, {3, 2}}, seed++};
+            cases.push_back(empty_rows);
             for (int window : {1, 5, 64}) {
                 GpuCase windowed{make(key, 2, h, h_kv, 129, 200), {}, seed++};
                 windowed.problem.window = window;
