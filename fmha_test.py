@@ -66,14 +66,20 @@ def gtest_results(tmp_path_factory):
             continue
         report = tmp_path_factory.mktemp("gtest") / f"{binary}.json"
         run = subprocess.run([str(path), f"--gtest_output=json:{report}"], capture_output=True, text=True)
+        # The JSON report has no skip messages: take each from the test's own stdout block.
+        skip_messages = {}
+        for block in run.stdout.split("[ RUN      ] ")[1:]:
+            skipped = re.search(r": Skipped\n(.*)", block)
+            if skipped:
+                skip_messages[block.split()[0]] = skipped.group(1)
         cases = {}
         if report.exists():
             for suite in json.loads(report.read_text())["testsuites"]:
                 for test in suite["testsuite"]:
+                    name = f"{suite['name']}.{test['name']}"
                     failures = "\n".join(f["failure"] for f in test.get("failures", []))
                     status = "failed" if failures else ("skipped" if test.get("result") == "SKIPPED" else "passed")
-                    skip = re.search(r"Skipped\n(.*)", run.stdout + failures)
-                    cases[f"{suite['name']}.{test['name']}"] = (status, failures or (skip.group(1) if skip else ""))
+                    cases[name] = (status, failures or skip_messages.get(name, ""))
         results[binary] = (cases, run.stdout[-4000:] + run.stderr[-4000:])
     return results
 

@@ -50,9 +50,17 @@ void TensorSet::fill(const Problem& p, uint64_t seed, float q_range) {
     check(hipMemset(o.get(), 0xff, o.bytes()), "poisoning O");  // 0xffff is NaN in fp16 and bf16
 }
 
-void TensorSet::set_lengths(const int* device_lengths, int batch) {
-    params.seqlens_q = device_lengths;
-    params.seqlens_kv = device_lengths ? device_lengths + batch : nullptr;
+DeviceLengths::DeviceLengths(const SeqLens& lens)
+    : batch_(static_cast<int>(lens.kv.size())), buffer_(2 * sizeof(int) * lens.kv.size()) {
+    if (lens.kv.empty()) return;
+    std::vector<int> both(lens.q);
+    both.insert(both.end(), lens.kv.begin(), lens.kv.end());
+    check(hipMemcpy(buffer_.get(), both.data(), buffer_.bytes(), hipMemcpyHostToDevice), "copying lengths");
+}
+
+void TensorSet::set_lengths(const DeviceLengths& lengths) {
+    params.seqlens_q = lengths.q();
+    params.seqlens_kv = lengths.kv();
 }
 
 std::vector<uint16_t> copy_logical(const void* base, const TensorStrides& s, int batch, int heads, int seq,

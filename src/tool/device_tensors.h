@@ -36,12 +36,23 @@ class DeviceBuffer {
     size_t bytes_;
 };
 
+// Per-sequence lengths (SeqLens) on the device; null pointers when the lengths are fixed.
+class DeviceLengths {
+  public:
+    explicit DeviceLengths(const SeqLens& lens);
+    const int* q() const { return buffer_.get<int>(); }
+    const int* kv() const { return q() ? q() + batch_ : nullptr; }
+
+  private:
+    int batch_;
+    DeviceBuffer buffer_;  // [q lengths..., kv lengths...]
+};
+
 struct TensorSet {
     explicit TensorSet(const Problem& p);
     // Uniform random Q (in [-q_range, q_range)), K and V (in [-1, 1)); O poisoned with NaN.
     void fill(const Problem& p, uint64_t seed, float q_range = 1.f);
-    // Points params at per-batch lengths on the device ([q..., kv...], 2 * batch ints) or clears them.
-    void set_lengths(const int* device_lengths, int batch);
+    void set_lengths(const DeviceLengths& lengths);
 
     BufferSizes sizes;
     DeviceBuffer qkv, k, v, o;  // packed QKV: all three in qkv

@@ -238,17 +238,12 @@ int run(const Options& o) {
         printf("Kernel........: %s (%s)\n", name.c_str(), reason.c_str());
     }
 
-    DeviceBuffer lengths(lens.kv.empty() ? 0 : 2 * sizeof(int) * p.batch);
-    if (!lens.kv.empty()) {
-        std::vector<int> both(lens.q);
-        both.insert(both.end(), lens.kv.begin(), lens.kv.end());
-        check(hipMemcpy(lengths.get(), both.data(), lengths.bytes(), hipMemcpyHostToDevice), "copying lengths");
-    }
+    const DeviceLengths lengths(lens);
     std::vector<std::unique_ptr<TensorSet>> tensors;
     for (int i = 0; i < sets; ++i) {
         tensors.push_back(std::make_unique<TensorSet>(p));
         tensors.back()->fill(p, o.seed + i);
-        tensors.back()->set_lengths(lengths.get<int>(), p.batch);
+        tensors.back()->set_lengths(lengths);
     }
     const FwdParams& checked = tensors[0]->params;
     check(kernel->launch(checked, nullptr), "launching " + name);

@@ -21,13 +21,8 @@ CaseResult run_case(LaunchFn launch, const GpuCase& c) {
     try {
         TensorSet tensors(p);
         tensors.fill(p, c.seed, c.q_range);
-        DeviceBuffer lengths(c.lens.kv.empty() ? 0 : 2 * sizeof(int) * p.batch);
-        if (!c.lens.kv.empty()) {
-            std::vector<int> both(c.lens.q);
-            both.insert(both.end(), c.lens.kv.begin(), c.lens.kv.end());
-            check(hipMemcpy(lengths.get(), both.data(), lengths.bytes(), hipMemcpyHostToDevice), "copying lengths");
-            tensors.set_lengths(lengths.get<int>(), p.batch);
-        }
+        const DeviceLengths lengths(c.lens);
+        tensors.set_lengths(lengths);
         check(launch(tensors.params, nullptr), "launch");
         check(hipDeviceSynchronize(), "kernel");
         DeviceBuffer reference(4 * tensors.sizes.o);
