@@ -21,7 +21,7 @@ MASKS = ("nomask", "causal")
 class Family:
     name: str
     head_dim_multiple: int    # 16-byte vector loads of 2-byte elements
-    max_head_dim: int         # shared-memory budget of the tiles (see src/kernels/*_traits.h)
+    max_head_dim: int         # register/shared-memory budget (src/kernels/<family>.h traits)
     description: str
 
 
@@ -30,6 +30,9 @@ FAMILIES = {
     for f in (
         Family("prefill", 8, 256,
                "tiled, any seqlen_q/seqlen_kv; the correct fallback for every shape"),
+        Family("decode", 8, 256,
+               "bandwidth-bound, for few query rows per KV head: streams K/V once per KV head "
+               "with 16-byte loads, splitting long key ranges across blocks"),
     )
 }
 

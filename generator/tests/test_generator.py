@@ -63,7 +63,7 @@ def test_invalid_added_values_are_an_error_not_dropped():
 
 def test_filter_glob():
     configs = enumerate_configs(DEFAULT_AXES, "*_fp16_d128_*_sm90")
-    assert len(configs) == 3 * 2
+    assert len(configs) == 3 * 2 * len(FAMILIES)
     assert all(c.dtype == "fp16" and c.head_dim == 128 and c.arch == "sm90" for c in configs)
 
 
@@ -84,7 +84,7 @@ def test_rendered_kernel_is_short_and_names_its_tuple():
     assert "#define" not in source
     assert len(source.splitlines()) < 25
     table = files["kernel_table_amd.cpp"]
-    assert f"&{config.name}}}" in table
+    assert f"&{config.name}, &{config.name}_workspace}}" in table
     assert config.name not in files["kernel_table_nvidia.cpp"]
 
 
@@ -110,7 +110,7 @@ def test_cli_adds_a_head_dim_and_refresh_keeps_it(tmp_path, capsys):
     out = str(tmp_path)
     assert cli.main(["--head-dims", "96", "--out", out]) == 0
     names = {p.stem for p in (tmp_path / "kernels").glob("*.hip")}
-    assert len(names) == len(default_configs()) + 2 * 3 * 2 * len(ARCHS)
+    assert len(names) == len(default_configs()) + 2 * 3 * 2 * len(FAMILIES) * len(ARCHS)
     assert "fmha_fwd_fp16_d96_gqa_causal_prefill_sm90" in names
     assert json.loads((tmp_path / "selection.json").read_text())["add"] == {"head_dim": [96]}
     assert cli.main(["--refresh", "--out", out]) == 0
@@ -121,7 +121,7 @@ def test_cli_adds_a_head_dim_and_refresh_keeps_it(tmp_path, capsys):
 def test_cli_only_replaces_the_defaults(tmp_path, capsys):
     assert cli.main(["--only", "--head-dims", "96", "--archs", "sm90", "--list", "--out", str(tmp_path)]) == 0
     names = capsys.readouterr().out.split()
-    assert len(names) == 2 * 3 * 2 and all("_d96_" in n and n.endswith("_sm90") for n in names)
+    assert len(names) == 2 * 3 * 2 * len(FAMILIES) and all("_d96_" in n and n.endswith("_sm90") for n in names)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -12,8 +12,29 @@ bool heads_fit(HeadsKind kernel, const Problem& p) {
     return kernel == HeadsKind::gqa || kernel == p.heads_kind();
 }
 
-// Families in order of preference for the problem. The prefill family handles every shape.
-std::vector<Family> family_preference(const Problem&) { return {Family::prefill}; }
+// The decode family streams K/V once per KV head and holds the query rows that read it in
+// registers, in passes of up to 8 rows: the work stays memory-bound while few rows share a
+// KV head. Past this many rows per KV head, the tiled prefill family does less re-reading.
+constexpr int kDecodeMaxRowsPerKvHead = 16;
+
+struct FamilyChoice {
+    Family family;
+    std::string why;
+};
+
+// Families in order of preference for the problem, with the reason for the order. Every
+// family computes every shape; the order is about speed.
+std::vector<FamilyChoice> family_preference(const Problem& p) {
+    const int rows = p.heads_q / p.heads_kv * p.seqlen_q;
+    const std::string count = std::to_string(rows) + " query row(s) per KV head (" + std::to_string(p.heads_q / p.heads_kv) +
+                              " head(s) x seqlen_q " + std::to_string(p.seqlen_q) + ")";
+    const std::string limit = std::to_string(kDecodeMaxRowsPerKvHead);
+    if (rows <= kDecodeMaxRowsPerKvHead)
+        return {{Family::decode, count + " <= " + limit + ": memory-bound"},
+                {Family::prefill, count + " <= " + limit + ", but this build has no decode kernel for it"}};
+    return {{Family::prefill, count + " > " + limit},
+            {Family::decode, count + " > " + limit + ", but this build has no prefill kernel for it"}};
+}
 
 }  // namespace
 
@@ -30,11 +51,12 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
 }
 
 Selection select_kernel(const Problem& p, Arch arch) {
-    for (Family family : family_preference(p)) {
+    for (const FamilyChoice& choice : family_preference(p)) {
         for (HeadsKind heads : {p.heads_kind(), HeadsKind::gqa}) {
-            const KernelEntry* entry = find_kernel({p.dtype, p.head_dim, heads, p.mask(), family, arch});
+            const KernelEntry* entry = find_kernel({p.dtype, p.head_dim, heads, p.mask(), choice.family, arch});
             if (!entry) continue;
-            std::string reason = std::string(token(family)) + " family: " + kFamilyDescriptions[static_cast<int>(family)];
+            std::string reason = std::string(token(choice.family)) + " family, " + choice.why + "; " +
+                                 kFamilyDescriptions[static_cast<int>(choice.family)];
             if (heads != p.heads_kind())
                 reason += std::string("; no ") + token(p.heads_kind()) + " kernel, the gqa kernel covers it";
             return {entry, reason};

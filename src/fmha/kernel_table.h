@@ -11,10 +11,13 @@
 namespace fmha {
 
 using LaunchFn = hipError_t (*)(const FwdParams& params, hipStream_t stream);
+// Device bytes the launcher needs in params.workspace for these params on the current device.
+using WorkspaceFn = size_t (*)(const FwdParams& params);
 
 struct KernelEntry {
     KernelKey key;
     LaunchFn launch;
+    WorkspaceFn workspace;
 };
 
 // Every kernel this build holds (one platform's archs).

@@ -1,6 +1,7 @@
 // What a forward kernel is given at run time. Shared by host code and kernels.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace fmha {
@@ -37,6 +38,12 @@ struct FwdParams {
     //   i + (len_kv - len_q) - window < j <= i + (len_kv - len_q)   (bottom-right aligned);
     // window >= len_kv means plain causal.
     int window;
+
+    // Device scratch for kernels that split the key range across blocks: at least as many
+    // bytes as the kernel's workspace function asks for (KernelEntry::workspace); unused
+    // (and may be null) when it asks for none.
+    void* workspace;
+    size_t workspace_bytes;
 };
 
 }  // namespace fmha

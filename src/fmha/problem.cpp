@@ -112,6 +112,24 @@ LayoutStrides layout_strides(const Problem& p) {
     return s;
 }
 
+FwdParams shape_params(const Problem& p) {
+    const LayoutStrides s = layout_strides(p);
+    FwdParams params{};
+    params.q_strides = s.q;
+    params.k_strides = s.k;
+    params.v_strides = s.v;
+    params.o_strides = s.o;
+    params.batch = p.batch;
+    params.heads_q = p.heads_q;
+    params.heads_kv = p.heads_kv;
+    params.seqlen_q = p.seqlen_q;
+    params.seqlen_kv = p.seqlen_kv;
+    params.head_dim = p.head_dim;
+    params.scale = p.softmax_scale();
+    params.window = p.effective_window();
+    return params;
+}
+
 KeyRange visible_keys(const Problem& p, int64_t i, int64_t len_q, int64_t len_kv) {
     if (!p.causal) return {0, len_kv - 1};
     const int64_t diagonal = i + len_kv - len_q;

@@ -55,6 +55,9 @@ struct LayoutStrides {
 };
 LayoutStrides layout_strides(const Problem& p);
 
+// The kernel parameters of a problem: sizes, strides, scale and window; every pointer null.
+FwdParams shape_params(const Problem& p);
+
 // Per-batch sequence lengths (-min-s); empty vectors mean every sequence is full length.
 struct SeqLens {
     std::vector<int> q, kv;

@@ -14,6 +14,10 @@ struct Group {
         for (int offset = kWidth / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor(x, offset, kWidth));
         return x;
     }
+    __device__ static inline int max(int x) {
+        for (int offset = kWidth / 2; offset > 0; offset /= 2) x = ::max(x, __shfl_xor(x, offset, kWidth));
+        return x;
+    }
     __device__ static inline float sum(float x) {
         for (int offset = kWidth / 2; offset > 0; offset /= 2) x += __shfl_xor(x, offset, kWidth);
         return x;

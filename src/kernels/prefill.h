@@ -223,5 +223,11 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
     return hipGetLastError();
 }
 
+// The prefill family needs no workspace.
+template <class Config, int GroupWidth = wave_size(Config::arch)>
+size_t workspace_size(const FwdParams&) {
+    return 0;
+}
+
 }  // namespace prefill
 }  // namespace fmha

@@ -20,23 +20,11 @@ TensorSet::TensorSet(const Problem& p)
     : sizes(buffer_sizes(p)), qkv(sizes.q * 2), k(sizes.k * 2), v(sizes.v * 2), o(sizes.o * 2) {
     const LayoutStrides s = layout_strides(p);
     const bool packed = p.layout == Layout::qkv_packed;
-    params = FwdParams{};
+    params = shape_params(p);
     params.q = qkv.get();
     params.k = packed ? qkv.get<uint16_t>() + s.k_offset : k.get();
     params.v = packed ? qkv.get<uint16_t>() + s.v_offset : v.get();
     params.o = o.get();
-    params.q_strides = s.q;
-    params.k_strides = s.k;
-    params.v_strides = s.v;
-    params.o_strides = s.o;
-    params.batch = p.batch;
-    params.heads_q = p.heads_q;
-    params.heads_kv = p.heads_kv;
-    params.seqlen_q = p.seqlen_q;
-    params.seqlen_kv = p.seqlen_kv;
-    params.head_dim = p.head_dim;
-    params.scale = p.softmax_scale();
-    params.window = p.effective_window();
 }
 
 void TensorSet::fill(const Problem& p, uint64_t seed, float q_range) {
@@ -56,6 +44,13 @@ DeviceLengths::DeviceLengths(const SeqLens& lens)
     std::vector<int> both(lens.q);
     both.insert(both.end(), lens.kv.begin(), lens.kv.end());
     check(hipMemcpy(buffer_.get(), both.data(), buffer_.bytes(), hipMemcpyHostToDevice), "copying lengths");
+}
+
+void TensorSet::prepare_for(const KernelEntry& kernel) {
+    const size_t bytes = kernel.workspace(params);
+    workspace = bytes ? std::make_unique<DeviceBuffer>(bytes) : nullptr;
+    params.workspace = bytes ? workspace->get() : nullptr;
+    params.workspace_bytes = bytes;
 }
 
 void TensorSet::set_lengths(const DeviceLengths& lengths) {

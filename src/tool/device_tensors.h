@@ -4,10 +4,12 @@
 
 #include <hip/hip_runtime_api.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "fmha/kernel_table.h"
 #include "fmha/params.h"
 #include "fmha/problem.h"
 
@@ -53,9 +55,12 @@ struct TensorSet {
     // Uniform random Q (in [-q_range, q_range)), K and V (in [-1, 1)); O poisoned with NaN.
     void fill(const Problem& p, uint64_t seed, float q_range = 1.f);
     void set_lengths(const DeviceLengths& lengths);
+    // Allocates the workspace the kernel asks for with these params (call after set_lengths).
+    void prepare_for(const KernelEntry& kernel);
 
     BufferSizes sizes;
     DeviceBuffer qkv, k, v, o;  // packed QKV: all three in qkv
+    std::unique_ptr<DeviceBuffer> workspace;
     FwdParams params;
 };
 

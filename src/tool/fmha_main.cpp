@@ -224,7 +224,8 @@ int run(const Options& o) {
     // Rotate over input sets when one fits in L2 several times, so timing reads memory, not cache.
     const int sets = set_bytes < 4.0 * device.l2_bytes ? int(std::min(16.0, std::ceil(4.0 * device.l2_bytes / set_bytes))) : 1;
     const double reference_bytes = o.skip_checks ? 0 : 4.0 * sizes.o;
-    const double needed = sets * set_bytes + reference_bytes + 8.0 * p.batch;
+    const double workspace_bytes = double(kernel->workspace(shape_params(p)));
+    const double needed = sets * (set_bytes + workspace_bytes) + reference_bytes + 8.0 * p.batch;
     if (needed > 0.95 * device.free_bytes) {
         fprintf(stderr, "fmha.exe: not enough device memory: the problem needs %s (%d input set(s)%s), the device has %s free\n",
                 gib(needed).c_str(), sets, o.skip_checks ? "" : " and the fp32 reference", gib(device.free_bytes).c_str());
@@ -236,6 +237,9 @@ int run(const Options& o) {
         printf("Problem.......: %s%s\n", p.describe().c_str(),
                lens.kv.empty() ? "" : (" seqlens_kv drawn from [" + std::to_string(o.min_seqlen) + ", s]").c_str());
         printf("Kernel........: %s (%s)\n", name.c_str(), reason.c_str());
+        if (workspace_bytes > 0)
+            printf("Workspace.....: %.1f MiB: the key range is split across blocks and the splits combined\n",
+                   workspace_bytes / 1048576.0);
     }
 
     const DeviceLengths lengths(lens);
@@ -244,6 +248,7 @@ int run(const Options& o) {
         tensors.push_back(std::make_unique<TensorSet>(p));
         tensors.back()->fill(p, o.seed + i);
         tensors.back()->set_lengths(lengths);
+        tensors.back()->prepare_for(*kernel);
     }
     const FwdParams& checked = tensors[0]->params;
     check(kernel->launch(checked, nullptr), "launching " + name);

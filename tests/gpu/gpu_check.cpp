@@ -15,7 +15,7 @@ std::string GpuCase::describe() const {
     return s.str();
 }
 
-CaseResult run_case(LaunchFn launch, const GpuCase& c) {
+CaseResult run_case(const KernelEntry& kernel, const GpuCase& c) {
     const Problem& p = c.problem;
     CaseResult result;
     try {
@@ -23,7 +23,8 @@ CaseResult run_case(LaunchFn launch, const GpuCase& c) {
         tensors.fill(p, c.seed, c.q_range);
         const DeviceLengths lengths(c.lens);
         tensors.set_lengths(lengths);
-        check(launch(tensors.params, nullptr), "launch");
+        tensors.prepare_for(kernel);
+        check(kernel.launch(tensors.params, nullptr), "launch");
         check(hipDeviceSynchronize(), "kernel");
         DeviceBuffer reference(4 * tensors.sizes.o);
         check(reference_forward(tensors.params, p.dtype, p.causal, reference.get<float>()), "reference");

@@ -24,7 +24,7 @@ struct CaseResult {
 };
 
 // Allocates, fills, poisons, launches, runs the reference and compares.
-CaseResult run_case(LaunchFn launch, const GpuCase& c);
+CaseResult run_case(const KernelEntry& kernel, const GpuCase& c);
 
 // The device (queried once); tests skip with its error when there is none.
 const DeviceInfo& test_device();

@@ -1,8 +1,10 @@
-// The prefill family is generic over the cooperative group width: instantiate it at every
+// The kernel families are generic over the cooperative group width: instantiate them at every
 // width up to the hardware wave size (8, 16, 32 on NVIDIA; also 64 on AMD) and check each.
+// Narrower groups share a wave, which the decode family's loops must allow for.
 #include <gtest/gtest.h>
 
 #include "gpu_check.h"
+#include "kernels/decode.h"
 #include "kernels/prefill.h"
 
 namespace fmha {
@@ -16,6 +18,7 @@ constexpr Arch kArch = Arch::gfx90a;
 
 using Fp16Causal = KernelConfig<DType::fp16, 64, HeadsKind::gqa, Mask::causal, kArch>;
 using Bf16NoMask = KernelConfig<DType::bf16, 128, HeadsKind::gqa, Mask::nomask, kArch>;
+using Fp16Wide = KernelConfig<DType::fp16, 256, HeadsKind::gqa, Mask::causal, kArch>;
 
 template <class Config>
 Problem problem(int s_q, int s_kv) {
@@ -28,14 +31,23 @@ Problem problem(int s_q, int s_kv) {
 template <class Config, int kWidth>
 void check_width() {
     if constexpr (kWidth <= wave_size(kArch)) {
+        const KernelKey key{Config::dtype, Config::head_dim, Config::heads, Config::mask, Family::prefill, kArch};
+        const KernelEntry prefill{key, &prefill::launch<Config, kWidth>, &prefill::workspace_size<Config, kWidth>};
         for (auto [s_q, s_kv] : {std::pair{1, 5}, std::pair{37, 101}, std::pair{130, 130}}) {
-            const CaseResult r = run_case(&prefill::launch<Config, kWidth>, {problem<Config>(s_q, s_kv), {}, uint64_t(kWidth)});
-            EXPECT_TRUE(r.passed) << "group width " << kWidth << ": " << r.message;
+            const CaseResult r = run_case(prefill, {problem<Config>(s_q, s_kv), {}, uint64_t(kWidth)});
+            EXPECT_TRUE(r.passed) << "prefill, group width " << kWidth << ": " << r.message;
+        }
+        KernelEntry decode{key, &decode::launch<Config, kWidth>, &decode::workspace_size<Config, kWidth>};
+        decode.key.family = Family::decode;
+        // Tiny, split (3000 keys for 6 rows), and multi-pass (9 rows per KV head) problems.
+        for (auto [s_q, s_kv] : {std::pair{1, 5}, std::pair{1, 3000}, std::pair{3, 101}}) {
+            const CaseResult r = run_case(decode, {problem<Config>(s_q, s_kv), {}, uint64_t(kWidth)});
+            EXPECT_TRUE(r.passed) << "decode, group width " << kWidth << ": " << r.message;
         }
     }
 }
 
-TEST(GroupWidth, PrefillAtEveryWidth) {
+TEST(GroupWidth, EveryFamilyAtEveryWidth) {
     if (!test_device().found) GTEST_SKIP() << "no GPU: " << test_device().error;
     if (platform_of(*test_device().arch) != platform_of(kArch)) GTEST_SKIP() << "device of another platform";
     check_width<Fp16Causal, 8>();
@@ -45,6 +57,8 @@ TEST(GroupWidth, PrefillAtEveryWidth) {
     check_width<Bf16NoMask, 16>();
     check_width<Bf16NoMask, 32>();
     check_width<Bf16NoMask, 64>();
+    check_width<Fp16Wide, 16>();  // two vectors per lane
+    check_width<Fp16Wide, 32>();
 }
 
 }  // namespace

@@ -90,7 +90,7 @@ class Catalogue : public ::testing::TestWithParam<std::string> {
 TEST_P(Catalogue, MatchesReferenceOnRandomShapes) {
     for (const GpuCase& c : cases_for(kernel_->key)) {
         ASSERT_TRUE(c.problem.validate().empty()) << c.describe();
-        const CaseResult r = run_case(kernel_->launch, c);
+        const CaseResult r = run_case(*kernel_, c);
         EXPECT_TRUE(r.passed) << r.message;
     }
 }
@@ -99,7 +99,7 @@ TEST_P(Catalogue, BatchTimesHeadsBeyondGridLimit) {
     // 4100 x 16 = 65,600 (b, h) pairs: more than a grid's y or z dimension can hold.
     const KernelKey& key = kernel_->key;
     const int h_kv = key.heads == HeadsKind::mha ? 16 : key.heads == HeadsKind::mqa ? 1 : 4;
-    const CaseResult r = run_case(kernel_->launch, {make(key, 4100, 16, h_kv, 1, 3), {}, 7});
+    const CaseResult r = run_case(*kernel_, {make(key, 4100, 16, h_kv, 1, 3), {}, 7});
     EXPECT_TRUE(r.passed) << r.message;
 }
 
@@ -119,18 +119,50 @@ TEST_P(Catalogue, RejectsParamsOfAnotherTuple) {
 INSTANTIATE_TEST_SUITE_P(AllKernels, Catalogue, ::testing::ValuesIn(catalogue_names()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
-// Long sequences, for the kernels of one shape per mask (each case takes the reference long).
+// Long sequences, for the kernels of one shape per mask and family (each case takes the
+// reference long).
 TEST(LongSequences, SixteenThousandKeys) {
     SKIP_WITHOUT_GPU();
-    for (Mask mask : {Mask::nomask, Mask::causal}) {
-        const KernelKey key{DType::fp16, 128, HeadsKind::mha, mask, Family::prefill, *test_device().arch};
-        const KernelEntry* kernel = find_kernel(key);
-        if (!kernel) continue;
-        for (auto [s_q, s_kv] : {std::pair{16384, 16384}, std::pair{1, 16384}, std::pair{3, 16383}}) {
-            const CaseResult r = run_case(kernel->launch, {make(key, 1, 2, 2, s_q, s_kv), {}, 11});
-            EXPECT_TRUE(r.passed) << r.message;
+    for (Family family : {Family::prefill, Family::decode}) {
+        for (Mask mask : {Mask::nomask, Mask::causal}) {
+            const KernelKey key{DType::fp16, 128, HeadsKind::mha, mask, family, *test_device().arch};
+            const KernelEntry* kernel = find_kernel(key);
+            if (!kernel) continue;
+            std::vector<std::pair<int, int>> shapes = {{1, 16384}, {3, 16383}};
+            if (family == Family::prefill) shapes.push_back({16384, 16384});
+            for (auto [s_q, s_kv] : shapes) {
+                const CaseResult r = run_case(*kernel, {make(key, 1, 2, 2, s_q, s_kv), {}, 11});
+                EXPECT_TRUE(r.passed) << r.message;
+            }
         }
     }
+}
+
+// Long-KV decode with few sequences: the decode family splits the key range across blocks and
+// combines the splits. Checks that it really splits (asks for a workspace), and the result.
+TEST(SplitKv, LongKeyRangesOfFewSequences) {
+    SKIP_WITHOUT_GPU();
+    int kernels = 0;
+    for (const KernelEntry& kernel : kernel_table()) {
+        const KernelKey& key = kernel.key;
+        if (key.family != Family::decode || key.arch != *test_device().arch || key.head_dim != 128) continue;
+        ++kernels;
+        const int h_kv = key.heads == HeadsKind::mha ? 4 : key.heads == HeadsKind::mqa ? 1 : 2;
+        std::vector<GpuCase> cases = {{make(key, 2, 4, h_kv, 1, 4096), {}, 21},
+                                      {make(key, 1, 4, h_kv, 2, 32768), {}, 22},
+                                      {make(key, 3, 4, h_kv, 1, 5000), {{1, 1, 1}, {5000, 77, 1}}, 23}};
+        if (key.mask == Mask::causal) {
+            GpuCase windowed{make(key, 2, 4, h_kv, 2, 9000), {}, 24};
+            windowed.problem.window = 700;  // most splits see no key of the window
+            cases.push_back(windowed);
+        }
+        for (const GpuCase& c : cases) {
+            EXPECT_GT(kernel.workspace(shape_params(c.problem)), 0u) << kernel_name(key) << " did not split " << c.describe();
+            const CaseResult r = run_case(kernel, c);
+            EXPECT_TRUE(r.passed) << kernel_name(key) << ": " << r.message;
+        }
+    }
+    if (kernels == 0) GTEST_SKIP() << "no d128 decode kernel for " << test_device().arch_name << " in this build";
 }
 
 // The device reference is itself checked against the host reference (double precision).

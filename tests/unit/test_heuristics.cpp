@@ -33,6 +33,24 @@ TEST(Heuristics, PicksTheExactKernelWhenPresent) {
     }
 }
 
+TEST(Heuristics, DecodeFamilyForFewQueryRowsPerKvHead) {
+    const KernelKey decode{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::decode, some_arch()};
+    const KernelKey prefill{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::prefill, some_arch()};
+    if (!find_kernel(decode) || !find_kernel(prefill)) GTEST_SKIP() << "this build's catalogue lacks one of the families";
+    struct Case { int h, h_kv, s_q; Family expected; };
+    for (const Case& c : {Case{32, 32, 1, Family::decode}, Case{32, 8, 1, Family::decode}, Case{16, 16, 2, Family::decode},
+                          Case{32, 8, 4, Family::decode}, Case{32, 8, 5, Family::prefill}, Case{16, 16, 384, Family::prefill},
+                          Case{32, 1, 1, Family::prefill}}) {
+        Problem p = make(c.h, c.h_kv, 128);
+        p.seqlen_q = c.s_q, p.seqlen_kv = 512;
+        const Selection s = select_kernel(p, some_arch());
+        ASSERT_NE(s.entry, nullptr);
+        EXPECT_EQ(s.entry->key.family, c.expected) << "h=" << c.h << " h_kv=" << c.h_kv << " s_q=" << c.s_q << ": " << s.reason;
+        EXPECT_EQ(s.reason.rfind(std::string(token(c.expected)) + " family, " + std::to_string(c.h / c.h_kv * c.s_q) +
+                                     " query row(s) per KV head", 0), 0u) << s.reason;
+    }
+}
+
 TEST(Heuristics, KernelSupportChecksEveryField) {
     const KernelKey gqa{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::prefill, some_arch()};
     EXPECT_TRUE(kernel_supports(gqa, make(8, 2, 128)));

@@ -59,6 +59,17 @@ inline hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int device) {
     return cudaDeviceGetAttribute(&prop->memoryBusWidth, cudaDevAttrGlobalMemoryBusWidth, device);
 }
 
+using hipDeviceAttribute_t = cudaDeviceAttr;
+inline constexpr hipDeviceAttribute_t hipDeviceAttributeMultiprocessorCount = cudaDevAttrMultiProcessorCount;
+inline hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t attribute, int device) {
+    return cudaDeviceGetAttribute(value, attribute, device);
+}
+
+template <class Kernel>
+inline hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel kernel, int threads, size_t shared_bytes) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, shared_bytes);
+}
+
 inline hipError_t hipGetDeviceCount(int* count) { return cudaGetDeviceCount(count); }
 inline hipError_t hipGetDevice(int* device) { return cudaGetDevice(device); }
 inline hipError_t hipSetDevice(int device) { return cudaSetDevice(device); }

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""fmha.exe against PyTorch on the same shapes, in one run on one GPU (a benchmark, not a test).
+
+Measures the card's device-to-device copy bandwidth first, then for every case times
+  - bin/fmha.exe (the kernel its heuristic picks; its own reference check must say SUCCESS),
+  - torch SDPA with each backend forced: flash, memory-efficient, cuDNN, math,
+  - the attention written as two einsums and a softmax under
+    torch.compile(mode="max-autotune-no-cudagraphs"), GQA with the query heads reshaped into
+    their KV groups,
+all on [batch, heads, seq, head_dim] tensors (fmha.exe's default bhsd layout), and writes a
+Markdown table: time, GB/s, fraction of the copy bandwidth, speed-up over the best peer.
+
+Bytes are what must move: Q and O once per query head, K and V once per KV head.
+
+    python3 benchmarks/bench.py [--fmha bin/fmha.exe] [--out results.md] [--cases NAME ...]
+"""
+import argparse
+import datetime
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Case:
+    name: str
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    seqlen_kv: int
+    head_dim: int
+    dtype: str = "fp16"
+
+    def fmha_args(self):
+        args = ["-b", self.batch, "-h", self.heads_q, "-s", self.seqlen_kv, "-s-q", self.seqlen_q,
+                "-d", self.head_dim, f"-{self.dtype}"]
+        if self.heads_kv != self.heads_q:
+            args += ["-gqa", self.heads_kv]
+        return [str(a) for a in args]
+
+    def bytes_moved(self):
+        q = self.batch * self.heads_q * self.seqlen_q * self.head_dim * 2
+        kv = self.batch * self.heads_kv * self.seqlen_kv * self.head_dim * 2
+        return 2 * q + 2 * kv
+
+
+CASES = [
+    Case("config1", 30720, 16, 16, 1, 2, 256),
+    Case("config2", 30720, 16, 16, 1, 2, 128),
+    Case("config3", 30720, 32, 32, 1, 2, 256),
+    Case("config4", 30720, 32, 32, 1, 2, 128),
+    Case("s2", 30720, 32, 32, 2, 2, 256),                # fmha.exe -d 256 -b 30720 -h 32 -s 2
+    Case("gqa", 30720, 32, 8, 1, 2, 128),
+    Case("bf16", 30720, 32, 32, 1, 2, 256, "bf16"),
+    Case("long4k", 64, 32, 8, 1, 4096, 128),
+    Case("long32k", 64, 32, 8, 1, 32768, 128),
+]
+
+
+def device_ms(fn, runs, warmup=5):
+    """Mean milliseconds of one call over `runs` back-to-back calls (CUDA events)."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(runs):
+        fn()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) / runs
+
+
+def copy_bandwidth_gbps():
+    """Device-to-device copy of 4 GiB, counting bytes read plus bytes written."""
+    import torch
+    n = 4 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = device_ms(lambda: dst.copy_(src), runs=20)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / ms / 1e6
+
+
+def run_fmha(exe, case, runs):
+    command = [exe] + case.fmha_args() + ["-runs", str(runs), "-v", "1"]
+    out = subprocess.run(command, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    average = re.search(r"^Average\.+: ([0-9.]+) ms", text, re.M)
+    kernel = re.search(r"^Kernel\.+: (\S+)", text, re.M)
+    checks = re.search(r"^Checks\.+: (\w+)", text, re.M)
+    return {
+        "command": " ".join(shlex.quote(c) for c in command),
+        "ms": float(average.group(1)) if average else None,
+        "kernel": kernel.group(1) if kernel else "?",
+        "checks": checks.group(1) if checks else f"exit {out.returncode}",
+        "log": text,
+    }
+
+
+def einsum_attention(q, k, v, scale):
+    """Two einsums and a softmax; q is [b, h_kv, group, s_q, d], k and v [b, h_kv, s_kv, d].
+
+    Of the formulations tried on the device (scale after the first einsum, fp32 softmax,
+    matmul operators), scaling q first is the one Inductor fuses into a single kernel for
+    seqlen_q = 1 (0.693 ms on config 3 against 1.64 ms for the others), so it is the peer."""
+    import torch
+    scores = torch.einsum("bhgqd,bhkd->bhgqk", q * scale, k)
+    return torch.einsum("bhgqk,bhkd->bhgqd", scores.softmax(-1), v)
+
+
+def run_peers(case, runs):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dtype = torch.float16 if case.dtype == "fp16" else torch.bfloat16
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape):
+        return (torch.rand(*shape, generator=gen, device="cuda", dtype=torch.float32) * 2 - 1).to(dtype)
+
+    b, hq, hkv, sq, skv, d = case.batch, case.heads_q, case.heads_kv, case.seqlen_q, case.seqlen_kv, case.head_dim
+    q, k, v = rand(b, hq, sq, d), rand(b, hkv, skv, d), rand(b, hkv, skv, d)
+    scale = d ** -0.5
+    gqa = hq != hkv
+    results = {}
+    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+                           ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)):
+        try:
+            with sdpa_kernel(backend):
+                fn = lambda: F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
+                fn()
+                torch.cuda.synchronize()
+                results[label] = device_ms(fn, runs)
+        except Exception as e:  # a backend that refuses the shape is reported, not fatal
+            results[label] = f"error: {str(e).splitlines()[0][:60]}"
+        torch.cuda.empty_cache()
+    try:
+        torch._dynamo.reset()  # a fresh compile for every shape, as a user's process would do
+        compiled = torch.compile(einsum_attention, mode="max-autotune-no-cudagraphs", dynamic=False)
+        q5 = q.view(b, hkv, hq // hkv, sq, d)
+        fn = lambda: compiled(q5, k, v, scale)
+        start = time.time()
+        fn()
+        torch.cuda.synchronize()
+        compile_s = time.time() - start
+        # The compiled kernel must compute attention: compare with the math backend in fp32.
+        reference = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale, enable_gqa=gqa)
+        error = (fn().reshape(b, hq, sq, d).float() - reference).abs().max().item()
+        if error > 2e-2:
+            raise RuntimeError(f"compiled einsum differs from the reference by {error}")
+        results["compiled"] = device_ms(fn, runs)
+        results["compile_s"] = compile_s
+    except Exception as e:
+        results["compiled"] = f"error: {str(e).splitlines()[0][:60]}"
+    del q, k, v
+    torch.cuda.empty_cache()
+    return results
+
+
+def fmt_ms(x):
+    return f"{x:.3f}" if isinstance(x, float) else "n/a"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fmha", default="bin/fmha.exe")
+    parser.add_argument("--out", default=None, help="Markdown file for the table (default: stdout only)")
+    parser.add_argument("--cases", nargs="*", default=[c.name for c in CASES])
+    parser.add_argument("--runs", type=int, default=50)
+    args = parser.parse_args()
+
+    import torch
+    unknown = set(args.cases) - {c.name for c in CASES}
+    if unknown:
+        sys.exit(f"unknown cases {sorted(unknown)}; known: {[c.name for c in CASES]}")
+    if not torch.cuda.is_available():
+        sys.exit("bench.py needs a CUDA GPU (it measures, it does not test)")
+
+    device = torch.cuda.get_device_name()
+    copy = copy_bandwidth_gbps()
+    print(f"copy bandwidth: {copy:.0f} GB/s", flush=True)
+    rows, logs = [], []
+    peers = ("flash", "efficient", "cudnn", "math", "compiled")
+    for case in (c for c in CASES if c.name in args.cases):
+        fmha = run_fmha(args.fmha, case, args.runs * 2)
+        logs.append(f"$ {fmha['command']}\n{fmha['log']}")
+        peer = run_peers(case, args.runs)
+        gbytes = case.bytes_moved() / 1e9
+        best_label = min((p for p in peers if isinstance(peer[p], float)), key=lambda p: peer[p], default=None)
+        ms = fmha["ms"]
+        gbps = gbytes / ms * 1e3 if ms else None
+        rows.append(
+            f"| {case.name} | {case.batch}x{case.heads_q}/{case.heads_kv}x{case.seqlen_q}/{case.seqlen_kv}x{case.head_dim} {case.dtype} "
+            f"| {gbytes:.3f} | {fmt_ms(ms)} | {gbps:.0f} | {gbps / copy:.2f} | {fmha['checks']} | "
+            + " | ".join(fmt_ms(peer[p]) for p in peers)
+            + f" | {best_label or 'n/a'} | "
+            + (f"{peer[best_label] / ms:.2f}x" if best_label and ms else "n/a") + f" | `{fmha['kernel']}` |")
+        print(rows[-1], flush=True)
+        errors = {p: peer[p] for p in peers if not isinstance(peer[p], float)}
+        if errors:
+            logs.append(f"{case.name}: peers that did not run: {errors}")
+        if "compile_s" in peer:
+            logs.append(f"{case.name}: torch.compile took {peer['compile_s']:.0f} s")
+
+    header = [
+        f"Device: {device} ({socket.gethostname()}), {datetime.date.today().isoformat()}, "
+        f"torch {torch.__version__}, copy bandwidth {copy:.0f} GB/s (4 GiB device-to-device, read + write).",
+        f"Command: `python3 benchmarks/bench.py {' '.join(sys.argv[1:])}`; fmha.exe averages "
+        f"{args.runs * 2} runs, peers {args.runs} runs (CUDA events, back to back, after warm-up).",
+        "Shape: batch x heads_q/heads_kv x seqlen_q/seqlen_kv x head_dim; times in ms; "
+        "'copy' is the fraction of the copy bandwidth; 'speed-up' is over the best peer.",
+        "",
+        "| case | shape | GB moved | fmha ms | GB/s | copy | checks | flash | efficient | cudnn | math | compiled einsum | best peer | speed-up | kernel |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    table = "\n".join(header + rows) + "\n"
+    print("\n" + table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(table + "\n<details><summary>logs</summary>\n\n```\n" + "\n".join(logs) + "\n```\n</details>\n")
+
+
+if __name__ == "__main__":
+    main()
