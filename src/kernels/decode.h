@@ -22,6 +22,7 @@
 #include <hip/hip_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -34,12 +35,14 @@ namespace decode {
 
 constexpr int pow2_at_least(int x) { return x <= 1 ? 1 : 2 * pow2_at_least((x + 1) / 2); }
 constexpr int min_of(int a, int b) { return a < b ? a : b; }
+constexpr int max_of(int a, int b) { return a > b ? a : b; }
 
-// MaxGroupWidth: the wave size, or less (tests). ShortKeys: the variant for key ranges that fit
-// one step (the headline's seqlen_kv = 2), where slicing keys across teams would leave lanes
-// idle: there each team is its own group, so a wave serves several work items at once.
 // Launches take the ShortKeys variant up to this many keys (and 4 rows per pass).
 inline constexpr int kShortKeyRange = 2;
+
+// MaxGroupWidth: the wave size, or less (tests). ShortKeys: the variant whose key range fits
+// one step (the headline's seqlen_kv = 2), where slicing keys across teams would leave lanes
+// idle: there each team is its own group, so a wave serves several work items at once.
 
 template <class Config, int MaxGroupWidth, int Rows, bool ShortKeys>
 struct Traits {
@@ -56,10 +59,9 @@ struct Traits {
     // registers left by the rows' state allow. A wave64 group has twice the slices of a warp32
     // one, so it takes half the keys per slice (same keys per step, fewer scalar registers).
     static constexpr int kLongKeysPerSlice = Rows * kVecsPerLane <= 4 ? 8 : Rows * kVecsPerLane < 8 ? 2 : 1;
-    static constexpr int kKeysPerSlice =
-        ShortKeys ? kShortKeyRange : kLongKeysPerSlice * 32 / kWaveSize > 0 ? kLongKeysPerSlice * 32 / kWaveSize : 1;
+    static constexpr int kKeysPerSlice = ShortKeys ? kShortKeyRange : max_of(1, kLongKeysPerSlice * 32 / kWaveSize);
     static constexpr int kKeysPerStep = kSlices * kKeysPerSlice;
-    static constexpr bool kSingleStep = ShortKeys;
+    static constexpr bool kShortKeys = ShortKeys;
     static constexpr int kThreads = 128;  // small blocks: finer occupancy steps at high register counts
     static constexpr int kGroups = kThreads / kGroupWidth;                    // groups per block
     static constexpr int kMinKeysPerSplit = 256;                              // keeps the combine cheap
@@ -290,20 +292,17 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                     row_sum[r] += prob;
 #pragma unroll
                     for (int v = 0; v < V; ++v) {
-                        const uint32_t w[4] = {val[u][v].x, val[u][v].y, val[u][v].z, val[u][v].w};
+                        float x[8];
+                        unpack8<Numeric>(val[u][v], x);
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const float2 x = Numeric::unpack2(w[i]);
-                            acc[r][v][2 * i] = fmaf(prob, x.x, acc[r][v][2 * i]);
-                            acc[r][v][2 * i + 1] = fmaf(prob, x.y, acc[r][v][2 * i + 1]);
-                        }
+                        for (int e = 0; e < T::kVec; ++e) acc[r][v][e] = fmaf(prob, x[e], acc[r][v][e]);
                     }
                 }
             }
         };
         // The short-keys variant has every key in one step: no loop, so the query rows
         // need no registers past their scores.
-        if constexpr (T::kSingleStep) {
+        if constexpr (T::kShortKeys) {
             if (steps > 0) process_step(0);
         } else {
             for (int step = 0; step < steps; ++step) process_step(step);
@@ -342,13 +341,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                                 int64_t(head_of[r]) * p.o_strides.head + int64_t(position_of[r]) * p.o_strides.row;
 #pragma unroll
                 for (int v = 0; v < V; ++v) {
-                    if (column(v) >= T::kHeadDim) continue;
-                    uint32_t w[4];
-#pragma unroll
-                    for (int i = 0; i < 4; ++i)
-                        w[i] = uint32_t(Numeric::pack(acc[r][v][2 * i] * inv)) |
-                               uint32_t(Numeric::pack(acc[r][v][2 * i + 1] * inv)) << 16;
-                    *reinterpret_cast<uint4*>(out + column(v)) = make_uint4(w[0], w[1], w[2], w[3]);
+                    if (column(v) < T::kHeadDim) *reinterpret_cast<uint4*>(out + column(v)) = pack8<Numeric>(acc[r][v], inv);
                 }
             } else {
                 const int64_t slot = row_index * plan.splits + split;
@@ -373,10 +366,11 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
 
 // Combines the splits of each row: weights exp2(lse_split - max) over the splits.
 // One thread per 16-byte vector of output; no shuffles, so no uniformity requirement.
-template <class T, class Config>
+// (Takes the vector width as a parameter: one instantiation serves every variant of a config.)
+template <class Config, int kVec>
 __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const Plan plan) {
     using Numeric = DTypeTraits<Config::dtype>;
-    constexpr int kVec = T::kVec, kVecsPerRow = T::kVecsPerRow;
+    constexpr int kVecsPerRow = Config::head_dim / kVec;
     const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
     const float* partials = static_cast<const float*>(p.workspace);
     const float* lses = partials + rows_total * plan.splits * Config::head_dim;
@@ -405,14 +399,9 @@ __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const P
                 for (int e = 0; e < kVec; ++e) out[e] = fmaf(weight, x[e], out[e]);
             }
         }
-        const float inv = total > 0.f ? 1.f / total : 0.f;
-        uint32_t w[kVec / 2];
-#pragma unroll
-        for (int i = 0; i < kVec / 2; ++i)
-            w[i] = uint32_t(Numeric::pack(out[2 * i] * inv)) | uint32_t(Numeric::pack(out[2 * i + 1] * inv)) << 16;
         uint16_t* dst = static_cast<uint16_t*>(p.o) + batch * p.o_strides.batch + int64_t(head) * p.o_strides.head +
                         int64_t(position) * p.o_strides.row + column;
-        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(dst) = pack8<Numeric>(out, total > 0.f ? 1.f / total : 0.f);
     }
 }
 
@@ -428,14 +417,18 @@ inline int multiprocessor_count() {
     return count;
 }
 
-// Blocks of this variant the device runs at once (0 when there is no device).
+// Blocks of this variant the device runs at once (0 when there is no device). The per-
+// multiprocessor occupancy is a property of the compiled kernel and its arch: asked once.
 template <class T, class Config>
 int64_t resident_blocks() {
-    int per_multiprocessor = 0;
-    if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, attend_kernel<T, Config>, T::kThreads, 0) !=
-        hipSuccess)
-        return 0;
-    return int64_t(per_multiprocessor) * multiprocessor_count();
+    static std::atomic<int> per_multiprocessor{0};
+    if (per_multiprocessor.load(std::memory_order_relaxed) == 0) {
+        int blocks = 0;
+        if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attend_kernel<T, Config>, T::kThreads, 0) != hipSuccess)
+            return 0;
+        per_multiprocessor.store(blocks, std::memory_order_relaxed);
+    }
+    return int64_t(per_multiprocessor.load(std::memory_order_relaxed)) * multiprocessor_count();
 }
 
 template <class T, class Config>
@@ -450,7 +443,7 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     if (plan.splits == 1) return hipGetLastError();
     if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
     const int64_t vectors = int64_t(p.batch) * p.heads_q * p.seqlen_q * T::kVecsPerRow;
-    combine_kernel<T, Config><<<unsigned(std::min((vectors + 255) / 256, resident * kBlockWaves)), 256, 0, stream>>>(p, plan);
+    combine_kernel<Config, T::kVec><<<unsigned(std::min((vectors + 255) / 256, resident * kBlockWaves)), 256, 0, stream>>>(p, plan);
     return hipGetLastError();
 }
 

@@ -39,15 +39,32 @@ struct DTypeTraits<DType::bf16> {
     }
 };
 
+// Eight packed elements (one 16-byte vector) -> eight floats.
+template <class Numeric>
+__device__ inline void unpack8(const uint4& w, float (&out)[8]) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = Numeric::unpack2(words[i]);
+        out[2 * i] = f.x;
+        out[2 * i + 1] = f.y;
+    }
+}
+
 // Eight elements from a 16-byte aligned address -> eight floats.
 template <class Numeric>
 __device__ inline void unpack8(const uint16_t* src, float (&out)[8]) {
-    const uint4 w = *reinterpret_cast<const uint4*>(src);
-    float2 f;
-    f = Numeric::unpack2(w.x); out[0] = f.x; out[1] = f.y;
-    f = Numeric::unpack2(w.y); out[2] = f.x; out[3] = f.y;
-    f = Numeric::unpack2(w.z); out[4] = f.x; out[5] = f.y;
-    f = Numeric::unpack2(w.w); out[6] = f.x; out[7] = f.y;
+    unpack8<Numeric>(*reinterpret_cast<const uint4*>(src), out);
+}
+
+// Eight floats, each times `scale`, rounded to one 16-byte vector of elements.
+template <class Numeric>
+__device__ inline uint4 pack8(const float (&in)[8], float scale) {
+    uint32_t words[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        words[i] = uint32_t(Numeric::pack(in[2 * i] * scale)) | uint32_t(Numeric::pack(in[2 * i + 1] * scale)) << 16;
+    return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
 }  // namespace fmha
