@@ -12,6 +12,7 @@ class Arch:
     platform: str             # "amd" (hipcc) or "nvidia" (nvcc)
     wave_size: int            # hardware wavefront / warp width
     vector_bytes: int         # widest global load/store one lane issues (dwordx4 / LDG.128)
+    warp_mma: bool            # NVIDIA mma.sync m16n8k16 with fp32 accumulation (sm_80 and later)
     compile_targets: tuple    # offload targets in preference order; the build takes the
                               # first one its compiler knows and says when it falls back
     device_names: tuple       # what the runtime reports for devices of this arch
@@ -21,12 +22,12 @@ class Arch:
 ARCHS = {
     a.name: a
     for a in (
-        Arch("gfx908", "amd", 64, 16, ("gfx908",), ("gfx908",), "AMD CDNA1 (MI100)"),
-        Arch("gfx90a", "amd", 64, 16, ("gfx90a",), ("gfx90a",), "AMD CDNA2 (MI210/MI250)"),
+        Arch("gfx908", "amd", 64, 16, False, ("gfx908",), ("gfx908",), "AMD CDNA1 (MI100)"),
+        Arch("gfx90a", "amd", 64, 16, False, ("gfx90a",), ("gfx90a",), "AMD CDNA2 (MI210/MI250)"),
         # ROCm < 5.7 (Debian's 5.2) does not know gfx942; gfx940 is the same CDNA3 ISA.
-        Arch("gfx942", "amd", 64, 16, ("gfx942", "gfx940"), ("gfx942", "gfx940", "gfx941"),
+        Arch("gfx942", "amd", 64, 16, False, ("gfx942", "gfx940"), ("gfx942", "gfx940", "gfx941"),
              "AMD CDNA3 (MI300)"),
-        Arch("sm90", "nvidia", 32, 16, ("sm_90",), ("sm_90",), "NVIDIA Hopper (H100/H200)"),
+        Arch("sm90", "nvidia", 32, 16, True, ("sm_90",), ("sm_90",), "NVIDIA Hopper (H100/H200)"),
     )
 }
 

@@ -88,6 +88,17 @@ def test_rendered_kernel_is_short_and_names_its_tuple():
     assert config.name not in files["kernel_table_nvidia.cpp"]
 
 
+def test_arch_facts_reach_the_header_in_enum_order():
+    header = render_all(default_configs(), {"add": {}, "only": False, "filter": "*"})["fmha_catalogue.h"]
+    rows = [line.strip() for line in header.splitlines() if line.strip().startswith("{ Platform::")]
+    assert len(rows) == len(ARCHS)
+    for row, arch in zip(rows, ARCHS.values()):
+        # Warp MMA (the decode family's tensor-core variant) is an NVIDIA fact only.
+        assert arch.warp_mma == (arch.platform == "nvidia")
+        assert row.startswith(f"{{ Platform::{arch.platform}, {arch.wave_size}, {arch.vector_bytes}, "
+                              f"{'true' if arch.warp_mma else 'false'}, ")
+
+
 def test_writes_only_changed_files_and_removes_stale_kernels(tmp_path):
     selection = {"add": {}, "only": False, "filter": "*"}
     configs = enumerate_configs(DEFAULT_AXES, "*_fp16_d64_*")

@@ -8,15 +8,19 @@
 // group (kGroupWidth lanes) owns a work item at a time; a 1-D grid walks the items, so
 // batch x heads is not bounded by grid y/z limits.
 //
-// Inside a group: a team of kTeamWidth lanes holds one key row (each lane one or more
-// 16-byte vectors of it), and the group's kSlices teams take interleaved keys, so one load
-// instruction of the group reads kSlices consecutive key rows. Each lane issues the loads of
-// kKeysPerSlice keys of K and V before using any. Every team keeps its own fp32 online
-// softmax state; the slices are merged at the end.
+// Three variants, chosen at launch (with_variant):
+// - short keys (seqlen_kv <= 2, the headline shapes): one step, no loop; each team of lanes is
+//   a group of its own and stores each row as soon as it is done.
+// - long keys on CUDA cores: inside a group, a team of kTeamWidth lanes holds one key row
+//   (each lane one or more 16-byte vectors of it), and the group's kSlices teams take
+//   interleaved keys, so one load instruction of the group reads kSlices consecutive key
+//   rows. Each lane issues the loads of kKeysPerSlice keys of K and V before using any. Every
+//   team keeps its own fp32 online softmax state; the slices are merged at the end.
+// - long keys on tensor cores (archs with warp MMA): see MmaTraits.
 //
-// Long key ranges with few work items are split across groups (the plan below); each split
-// writes fp32 partial outputs and log-sum-exps to the workspace, and a second kernel combines
-// them.
+// Long key ranges with few work items are split across groups (the plan below), the splits
+// of an item interleaved step by step; each split writes fp32 partial outputs and
+// log-sum-exps to the workspace, and a second kernel combines them.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -29,6 +33,7 @@
 #include "kernels/config.h"
 #include "kernels/group.h"
 #include "kernels/numeric.h"
+#include "kernels/warp_mma.h"
 
 namespace fmha {
 namespace decode {
@@ -40,32 +45,45 @@ constexpr int max_of(int a, int b) { return a > b ? a : b; }
 // Launches take the ShortKeys variant up to this many keys (and 4 rows per pass).
 inline constexpr int kShortKeyRange = 2;
 
+// Block and split sizes every variant shares.
+struct BlockShape {
+    static constexpr int kThreads = 128;          // small blocks: finer occupancy steps at high register counts
+    static constexpr int kMinKeysPerSplit = 256;  // keeps the combine cheap
+    static constexpr int kMaxSplits = 128;
+};
+
 // MaxGroupWidth: the wave size, or less (tests). ShortKeys: the variant whose key range fits
 // one step (the headline's seqlen_kv = 2), where slicing keys across teams would leave lanes
 // idle: there each team is its own group, so a wave serves several work items at once.
 
 template <class Config, int MaxGroupWidth, int Rows, bool ShortKeys>
-struct Traits {
+struct Traits : BlockShape {
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kWaveSize = wave_size(Config::arch);
     static constexpr int kVec = vector_bytes(Config::arch) / 2;               // elements per load
     static constexpr int kVecsPerRow = kHeadDim / kVec;
-    static constexpr int kTeamWidth = min_of(pow2_at_least(kVecsPerRow), MaxGroupWidth);
+    // On warp32 the short variant gives each lane two vectors of a row: twice the loads in
+    // flight per lane for a few more registers (H200, config 3: 0.733 -> 0.719 ms; GQA 0.204 ->
+    // 0.188 ms; four vectors gained nothing more). Wave64 keeps one: two would take gfx908's
+    // four-row variant from 2 waves per SIMD to 1 (unmeasured on AMD hardware).
+    static constexpr int kShortVecsPerLane = kWaveSize == 32 ? 2 : 1;
+    static constexpr int kTeamWidth =
+        min_of(pow2_at_least(kVecsPerRow / (ShortKeys ? kShortVecsPerLane : 1)), MaxGroupWidth);
     static constexpr int kGroupWidth = ShortKeys ? kTeamWidth : MaxGroupWidth;
     static constexpr int kVecsPerLane = (kVecsPerRow + kTeamWidth - 1) / kTeamWidth;
     static constexpr int kSlices = kGroupWidth / kTeamWidth;
     static constexpr int kRows = Rows;
     // Loads in flight per lane: 2 x kKeysPerSlice x kVecsPerLane vectors, as many as the
-    // registers left by the rows' state allow. A wave64 group has twice the slices of a warp32
-    // one, so it takes half the keys per slice (same keys per step, fewer scalar registers).
-    static constexpr int kLongKeysPerSlice = Rows * kVecsPerLane <= 4 ? 8 : Rows * kVecsPerLane < 8 ? 2 : 1;
+    // registers left by the rows' state (kRowVectors) allow without spills. A wave64 group has
+    // twice the slices of a warp32 one, so it takes half the keys per slice (same keys per
+    // step, fewer scalar registers).
+    static constexpr int kRowVectors = Rows * kVecsPerLane;
+    static constexpr int kLongKeysPerSlice = kRowVectors < 4 ? 8 : kRowVectors == 4 ? 4 : kRowVectors < 8 ? 2 : 1;
     static constexpr int kKeysPerSlice = ShortKeys ? kShortKeyRange : max_of(1, kLongKeysPerSlice * 32 / kWaveSize);
     static constexpr int kKeysPerStep = kSlices * kKeysPerSlice;
     static constexpr bool kShortKeys = ShortKeys;
-    static constexpr int kThreads = 128;  // small blocks: finer occupancy steps at high register counts
-    static constexpr int kGroups = kThreads / kGroupWidth;                    // groups per block
-    static constexpr int kMinKeysPerSplit = 256;                              // keeps the combine cheap
-    static constexpr int kMaxSplits = 128;
+    static constexpr bool kWarpMma = false;
+    static constexpr int kGroups = kThreads / kGroupWidth;  // groups per block
 
     static_assert(kHeadDim % kVec == 0, "rows are moved in whole vectors");
     static_assert(kGroupWidth <= kWaveSize && kWaveSize % kGroupWidth == 0, "a group lives in one wave");
@@ -75,8 +93,7 @@ struct Traits {
 // How one launch divides the work; computed on the host, identical in every kernel of it.
 struct Plan {
     int passes;          // row passes per (batch, KV head)
-    int splits;          // key splits per (batch, KV head)
-    int keys_per_split;  // a multiple of kKeysPerStep
+    int splits;          // key splits per (batch, KV head): split s takes steps s, s + splits, ...
     int64_t items;       // batch x heads_kv x splits x passes
 };
 
@@ -100,10 +117,7 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
         const int64_t by_length = (p.seqlen_kv + T::kMinKeysPerSplit - 1) / T::kMinKeysPerSplit;
         splits = std::max<int64_t>(1, std::min<int64_t>({resident_groups / base_items, by_length, T::kMaxSplits}));
     }
-    // Round each split to whole steps, then drop splits that would start past the end.
-    const int64_t per_split = (p.seqlen_kv + splits - 1) / splits;
-    plan.keys_per_split = int((per_split + T::kKeysPerStep - 1) / T::kKeysPerStep * T::kKeysPerStep);
-    plan.splits = int((p.seqlen_kv + plan.keys_per_split - 1) / plan.keys_per_split);
+    plan.splits = int(splits);
     plan.items = base_items * plan.splits;
     return plan;
 }
@@ -138,6 +152,81 @@ __device__ inline DivMod divmod(int64_t a, int b) {
     return {a / b, int(a % b)};
 }
 
+// One query row of a work item: its head and position, whether it exists, and the last key
+// it sees (its diagonal; causal rows see the `window` keys that end there).
+struct QueryRow {
+    int head, position, diagonal;
+    bool valid;
+
+    template <bool kCausal>
+    __device__ bool sees(int key, int window) const {
+        return valid && (!kCausal || (key <= diagonal && key > diagonal - window));
+    }
+};
+
+// A work item, located: (batch, KV head, key split, row pass) and its sequence's lengths.
+struct WorkItem {
+    int64_t batch;
+    int head_kv, split, pass;
+    int len_q, len_kv;  // this sequence's query and key counts
+    int seqlen_q;       // positions per head in the tensors
+    int rows_per_kv;    // query rows that read one KV head: heads of its group x positions
+    bool active;        // false past the last item (uniform over a group)
+};
+
+__device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t index) {
+    WorkItem item;
+    item.active = index < plan.items;
+    const DivMod by_pass = divmod(item.active ? index : 0, plan.passes);
+    const DivMod by_split = divmod(by_pass.quotient, plan.splits);
+    const DivMod by_head = divmod(by_split.quotient, p.heads_kv);
+    item.pass = by_pass.remainder;
+    item.split = by_split.remainder;
+    item.head_kv = by_head.remainder;
+    item.batch = by_head.quotient;
+    item.len_q = p.seqlens_q ? p.seqlens_q[item.batch] : p.seqlen_q;
+    item.len_kv = p.seqlens_kv ? p.seqlens_kv[item.batch] : p.seqlen_kv;
+    item.seqlen_q = p.seqlen_q;
+    item.rows_per_kv = p.heads_q / p.heads_kv * p.seqlen_q;
+    return item;
+}
+
+// Row `row` (0 .. rows_per_kv) of a work item's KV head.
+__device__ inline QueryRow query_row(const WorkItem& item, int row) {
+    QueryRow q;
+    q.head = item.head_kv * (item.rows_per_kv / item.seqlen_q) + row / item.seqlen_q;
+    q.position = row % item.seqlen_q;
+    q.valid = item.active && row < item.rows_per_kv && q.position < item.len_q;
+    q.diagonal = q.position + item.len_kv - item.len_q;
+    return q;
+}
+
+// The keys some row of a work item sees.
+template <bool kCausal>
+struct VisibleKeys {
+    int lo = INT32_MAX, hi = INT32_MIN;
+
+    __device__ void add(const QueryRow& row, int len_kv, int window) {
+        if (!row.valid) return;
+        lo = min(lo, kCausal ? row.diagonal - window + 1 : 0);
+        hi = max(hi, kCausal ? row.diagonal + 1 : len_kv);
+    }
+    // The item's keys that some row sees, [kv_lo, kv_hi); empty where no row is valid.
+    __device__ void key_range(int len_kv, int& kv_lo, int& kv_hi) const {
+        kv_lo = max(0, lo);
+        kv_hi = min(len_kv, hi);
+        if (kv_lo >= kv_hi) kv_lo = kv_hi = 0;
+    }
+};
+
+// Steps of keys_per_step keys from kv_lo that split `split` takes: every splits-th one, so the
+// splits of an item read neighbouring keys at any time (H200, long-KV 4k keys: 271 -> 250 us
+// against one contiguous range per split, whose streams lie a split's length apart).
+__device__ inline int split_steps(int kv_lo, int kv_hi, int keys_per_step, int split, int splits) {
+    const int total = (kv_hi - kv_lo + keys_per_step - 1) / keys_per_step;
+    return total > split ? (total - split + splits - 1) / splits : 0;
+}
+
 template <class T, class Numeric>
 __device__ inline float dot(const uint4 (&a)[T::kVecsPerLane], const uint4 (&b)[T::kVecsPerLane]) {
     float sum = 0.f;
@@ -153,6 +242,44 @@ __device__ inline float dot(const uint4 (&a)[T::kVecsPerLane], const uint4 (&b)[
     return sum;
 }
 
+// Element 0 of row (batch, head, position) of a tensor.
+template <class Element>
+__device__ inline Element* row_start(Element* base, const TensorStrides& s, int64_t batch, int head, int position) {
+    return base + batch * s.batch + int64_t(head) * s.head + int64_t(position) * s.row;
+}
+
+// The slot of a row's split in the workspace: [row][split].
+__device__ inline int64_t workspace_slot(const FwdParams& p, const Plan& plan, const WorkItem& item, const QueryRow& row) {
+    return ((item.batch * p.heads_q + row.head) * p.seqlen_q + row.position) * plan.splits + item.split;
+}
+
+// Writes eight results of a row, from head-dim `column` on, each times inv: to O, or, in a
+// split launch, to the row's fp32 partial in the workspace.
+template <class Config>
+__device__ inline void store8(const FwdParams& p, const Plan& plan, const WorkItem& item, const QueryRow& row, int column,
+                              const float (&x)[8], float inv) {
+    if (plan.splits == 1) {
+        uint16_t* out = row_start(static_cast<uint16_t*>(p.o), p.o_strides, item.batch, row.head, row.position);
+        *reinterpret_cast<uint4*>(out + column) = pack8<DTypeTraits<Config::dtype>>(x, inv);
+        return;
+    }
+    float4* dst = reinterpret_cast<float4*>(static_cast<float*>(p.workspace) +
+                                            workspace_slot(p, plan, item, row) * Config::head_dim + column);
+    dst[0] = make_float4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
+    dst[1] = make_float4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+}
+
+// A split's log2-sum-exp of a row (after its partials), -inf where the row saw no key, so the
+// combine gives that split no weight. Nothing to write without splits.
+template <class Config>
+__device__ inline void store_lse(const FwdParams& p, const Plan& plan, const WorkItem& item, const QueryRow& row,
+                                 float row_max, float row_sum) {
+    if (plan.splits == 1) return;
+    const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+    float* lse = static_cast<float*>(p.workspace) + rows_total * plan.splits * Config::head_dim;
+    lse[workspace_slot(p, plan, item, row)] = row_sum > 0.f ? row_max + log2f(row_sum) : -INFINITY;
+}
+
 template <class T, class Config>
 __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, const Plan plan) {
     constexpr int GroupWidth = T::kGroupWidth;
@@ -165,8 +292,6 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
     const int slice = lane / T::kTeamWidth;
     const int team_lane = lane % T::kTeamWidth;
     const int group_in_block = threadIdx.x / GroupWidth;
-    const int heads_per_kv = p.heads_q / p.heads_kv;
-    const int rows_per_kv = heads_per_kv * p.seqlen_q;
     const float scale_log2 = p.scale * 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
     const auto* q_base = static_cast<const uint16_t*>(p.q);
     const auto* k_base = static_cast<const uint16_t*>(p.k);
@@ -177,50 +302,27 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
 
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
          first += int64_t(gridDim.x) * T::kGroups) {
-        const int64_t item = first + group_in_block;
-        const bool active = item < plan.items;  // uniform over the group
-        const DivMod by_pass = divmod(active ? item : 0, plan.passes);
-        const DivMod by_split = divmod(by_pass.quotient, plan.splits);
-        const DivMod by_head = divmod(by_split.quotient, p.heads_kv);
-        const int pass = by_pass.remainder, split = by_split.remainder, head_kv = by_head.remainder;
-        const int64_t batch = by_head.quotient;
-        const int len_q = p.seqlens_q ? p.seqlens_q[batch] : p.seqlen_q;
-        const int len_kv = p.seqlens_kv ? p.seqlens_kv[batch] : p.seqlen_kv;
+        const WorkItem item = locate(p, plan, first + group_in_block);
 
-        // This pass's rows, the keys each sees, and the key range of the pass within its split.
-        int head_of[R], position_of[R], diagonal[R];
-        bool row_valid[R];
-        int kv_lo = split * plan.keys_per_split;
-        int kv_hi = min(len_kv, kv_lo + plan.keys_per_split);
-        int rows_lo = INT32_MAX, rows_hi = INT32_MIN;
+        // This pass's rows, and the key range of the pass within its split.
+        QueryRow rows[R];
+        VisibleKeys<kCausal> visible;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const int row = pass * R + r;
-            head_of[r] = head_kv * heads_per_kv + row / p.seqlen_q;
-            position_of[r] = row % p.seqlen_q;
-            row_valid[r] = active && row < rows_per_kv && position_of[r] < len_q;
-            diagonal[r] = position_of[r] + len_kv - len_q;  // last key the row sees
-            if (row_valid[r]) {
-                rows_lo = min(rows_lo, kCausal ? diagonal[r] - p.window + 1 : 0);
-                rows_hi = max(rows_hi, kCausal ? diagonal[r] + 1 : len_kv);
-            }
+            rows[r] = query_row(item, item.pass * R + r);
+            visible.add(rows[r], item.len_kv, p.window);
         }
-        if (rows_lo < rows_hi) {
-            kv_lo = max(kv_lo, rows_lo);
-            kv_hi = min(kv_hi, rows_hi);
-        } else {
-            kv_hi = kv_lo;  // no valid row: nothing to read
-        }
+        int kv_lo, kv_hi;
+        visible.key_range(item.len_kv, kv_lo, kv_hi);
 
         uint4 q[R][V];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const uint16_t* row = q_base + batch * p.q_strides.batch + int64_t(head_of[r]) * p.q_strides.head +
-                                  int64_t(position_of[r]) * p.q_strides.row;
+            const uint16_t* row = row_start(q_base, p.q_strides, item.batch, rows[r].head, rows[r].position);
 #pragma unroll
             for (int v = 0; v < V; ++v) {
                 q[r][v] = make_uint4(0, 0, 0, 0);
-                if (row_valid[r] && column(v) < T::kHeadDim) q[r][v] = *reinterpret_cast<const uint4*>(row + column(v));
+                if (rows[r].valid && column(v) < T::kHeadDim) q[r][v] = *reinterpret_cast<const uint4*>(row + column(v));
             }
         }
 
@@ -236,15 +338,27 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
             }
         }
 
-        const uint16_t* k_rows = k_base + batch * p.k_strides.batch + int64_t(head_kv) * p.k_strides.head;
-        const uint16_t* v_rows = v_base + batch * p.v_strides.batch + int64_t(head_kv) * p.v_strides.head;
-        const int steps = uniform_trip_count<T>(kv_hi > kv_lo ? (kv_hi - kv_lo + T::kKeysPerStep - 1) / T::kKeysPerStep : 0);
+        // Slice s stores rows r with r % kSlices == s. A row that saw no key gets zeros.
+        auto store_row = [&](int r) {
+            if (!rows[r].valid || r % T::kSlices != slice) return;
+            const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                if (column(v) < T::kHeadDim) store8<Config>(p, plan, item, rows[r], column(v), acc[r][v], inv);
+            }
+            if (team_lane == 0) store_lse<Config>(p, plan, item, rows[r], row_max[r], row_sum[r]);
+        };
+
+        const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
+        const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
+        const int steps = uniform_trip_count<T>(split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits));
         auto process_step = [&](int step) {
+            const int first_key = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
             // Issue every load of the step before any use.
             uint4 k[U][V], val[U][V];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const int key = kv_lo + step * T::kKeysPerStep + u * T::kSlices + slice;
+                const int key = first_key + u * T::kSlices + slice;
 #pragma unroll
                 for (int v = 0; v < V; ++v) {
                     k[u][v] = val[u][v] = make_uint4(0, 0, 0, 0);
@@ -255,26 +369,20 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 }
             }
 
-            // Scores in the log2 domain; keys outside a row's view get -inf.
-            float score[R][U];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int key = kv_lo + step * T::kKeysPerStep + u * T::kSlices + slice;
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const float s = Team::sum(dot<T, Numeric>(q[r], k[u]));
-                    const bool visible = row_valid[r] && key < kv_hi &&
-                                         (!kCausal || (key <= diagonal[r] && key > diagonal[r] - p.window));
-                    score[r][u] = visible ? s * scale_log2 : -INFINITY;
-                }
-            }
-
-            // Online softmax: rescale what was accumulated to the new running maximum.
+            // Per row: scores in the log2 domain (keys outside the row's view get -inf), then
+            // the online softmax, which rescales what was accumulated to the new running maximum.
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                float step_max = score[r][0];
+                float score[U];
 #pragma unroll
-                for (int u = 1; u < U; ++u) step_max = fmaxf(step_max, score[r][u]);
+                for (int u = 0; u < U; ++u) {
+                    const int key = first_key + u * T::kSlices + slice;
+                    const float s = Team::sum(dot<T, Numeric>(q[r], k[u]));
+                    score[u] = key < kv_hi && rows[r].template sees<kCausal>(key, p.window) ? s * scale_log2 : -INFINITY;
+                }
+                float step_max = score[0];
+#pragma unroll
+                for (int u = 1; u < U; ++u) step_max = fmaxf(step_max, score[u]);
                 const float new_max = fmaxf(row_max[r], step_max);
                 // While every key so far is masked, new_max is -inf: use 0 so no inf - inf appears.
                 const float reference = new_max == -INFINITY ? 0.f : new_max;
@@ -288,7 +396,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
-                    const float prob = exp2f(score[r][u] - reference);
+                    const float prob = exp2f(score[u] - reference);
                     row_sum[r] += prob;
 #pragma unroll
                     for (int v = 0; v < V; ++v) {
@@ -298,6 +406,9 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                         for (int e = 0; e < T::kVec; ++e) acc[r][v][e] = fmaf(prob, x[e], acc[r][v][e]);
                     }
                 }
+                // With every key in this one step, the row is done: storing it now frees its
+                // registers for the next row.
+                if constexpr (T::kShortKeys) store_row(r);
             }
         };
         // The short-keys variant has every key in one step: no loop, so the query rows
@@ -329,36 +440,203 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
             }
         }
 
-        // Store: slice s writes rows r with r % kSlices == s. A row that saw no key gets zeros
-        // (and, in a split, a log-sum-exp of -inf, so the combine gives it no weight).
+        if constexpr (!T::kShortKeys) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (!row_valid[r] || r % T::kSlices != slice) continue;
-            const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
-            const int64_t row_index = (batch * p.heads_q + head_of[r]) * p.seqlen_q + position_of[r];
-            if (plan.splits == 1) {
-                uint16_t* out = static_cast<uint16_t*>(p.o) + batch * p.o_strides.batch +
-                                int64_t(head_of[r]) * p.o_strides.head + int64_t(position_of[r]) * p.o_strides.row;
+            for (int r = 0; r < R; ++r) store_row(r);
+        }
+    }
+}
+
+// The tensor-core variant, for archs with warp MMA and key ranges longer than a step: the
+// CUDA-core variant pays a shuffle reduction and conversions for every key and row, more
+// instructions per byte than the memory system needs at long key ranges. Here a warp owns a
+// work item and, per step of 16 keys, computes S^T = K Q^T and O^T += V^T P^T with m16n8k16
+// MMAs (warp_mma.h): keys and head dims on the M side, the pass's query rows (8 per row tile)
+// on N. Loads go straight from memory into fragments. The order of head dims within a dot
+// product is free, so K and Q fragments are plain 16-byte vectors (lane 4g + t: keys g and
+// g + 8, vectors 4i + t of the row); a V^T register pairs two keys, built from two 16-byte
+// rows by one byte permute (lane 4g + t: keys 2t, 2t + 1, 2t + 8, 2t + 9, vectors g + 8j).
+template <class Config, int RowTiles>
+struct MmaTraits : BlockShape {
+    static constexpr int kHeadDim = Config::head_dim;
+    static constexpr int kGroupWidth = 32;  // a warp
+    static constexpr int kGroups = kThreads / kGroupWidth;
+    static constexpr int kVec = vector_bytes(Config::arch) / 2;
+    static constexpr int kVecsPerRow = kHeadDim / kVec;
+    static constexpr int kRowTiles = RowTiles;
+    static constexpr int kRows = 8 * RowTiles;  // rows per pass
+    static constexpr int kKeysPerStep = 16;
+    static constexpr int kKVectors = kHeadDim / 32;  // per key and lane (and per Q row)
+    static constexpr int kVVectors = kHeadDim / 64;  // per key and lane
+    static constexpr int kDimTiles = kHeadDim / 16;  // M tiles of O^T
+    static constexpr bool kWarpMma = true;
+    // One row tile fits 128 registers: 4 blocks (16 warps) per multiprocessor. Asking for it
+    // measured 280 -> 271 us and 2.13 -> 1.92 ms on the long-KV cases (H200).
+    static constexpr int kMinBlocks = RowTiles == 1 ? 4 : 1;
+
+    static_assert(kVec == 8 && kHeadDim % 64 == 0, "fragments are built from 16-byte vectors");
+    static_assert(wave_size(Config::arch) == kGroupWidth, "MMAs take a whole warp");
+};
+
+// Word w (0..3) of a 16-byte vector.
+__device__ inline uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
+
+template <class T, class Config>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(const FwdParams p, const Plan plan) {
+    constexpr DType kDType = Config::dtype;
+    using Numeric = DTypeTraits<kDType>;
+    constexpr int RT = T::kRowTiles, KV = T::kKVectors, VV = T::kVVectors, kTiles = T::kDimTiles;
+    constexpr bool kCausal = Config::mask == Mask::causal;
+
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warp_in_block = threadIdx.x / 32;
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    const auto* q_base = static_cast<const uint16_t*>(p.q);
+    const auto* k_base = static_cast<const uint16_t*>(p.k);
+    const auto* v_base = static_cast<const uint16_t*>(p.v);
+
+    for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
+         first += int64_t(gridDim.x) * T::kGroups) {
+        const WorkItem item = locate(p, plan, first + warp_in_block);
+        auto row_at = [&](int r) { return query_row(item, item.pass * T::kRows + r); };
+
+        VisibleKeys<kCausal> visible;
+        for (int r = 0; r < T::kRows; ++r) visible.add(row_at(r), item.len_kv, p.window);
+        int kv_lo, kv_hi;
+        visible.key_range(item.len_kv, kv_lo, kv_hi);
+
+        // Q^T fragments (B of S^T = K Q^T): row 8 rt + g, vectors 4i + t. Rows past the pass's
+        // end are zeros; they compute scores nobody stores.
+        uint4 q[RT][KV];
+        // The rows of this lane's scores and outputs: 8 rt + 2t + e.
+        QueryRow mine[RT][2];
 #pragma unroll
-                for (int v = 0; v < V; ++v) {
-                    if (column(v) < T::kHeadDim) *reinterpret_cast<uint4*>(out + column(v)) = pack8<Numeric>(acc[r][v], inv);
-                }
-            } else {
-                const int64_t slot = row_index * plan.splits + split;
-                float* partial = static_cast<float*>(p.workspace) + slot * T::kHeadDim;
+        for (int rt = 0; rt < RT; ++rt) {
+            const QueryRow row = row_at(8 * rt + g);
+            const uint16_t* src = row_start(q_base, p.q_strides, item.batch, row.head, row.position);
 #pragma unroll
-                for (int v = 0; v < V; ++v) {
-                    if (column(v) >= T::kHeadDim) continue;
-                    float4* dst = reinterpret_cast<float4*>(partial + column(v));
-                    const float* a = acc[r][v];
-                    dst[0] = make_float4(a[0] * inv, a[1] * inv, a[2] * inv, a[3] * inv);
-                    dst[1] = make_float4(a[4] * inv, a[5] * inv, a[6] * inv, a[7] * inv);
+            for (int i = 0; i < KV; ++i)
+                q[rt][i] = row.valid ? *reinterpret_cast<const uint4*>(src + (4 * i + t) * 8) : make_uint4(0, 0, 0, 0);
+            mine[rt][0] = row_at(8 * rt + 2 * t);
+            mine[rt][1] = row_at(8 * rt + 2 * t + 1);
+        }
+
+        float row_max[RT][2], row_sum[RT][2], acc[RT][kTiles][4];
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) row_max[rt][e] = -INFINITY, row_sum[rt][e] = 0.f;
+#pragma unroll
+            for (int m = 0; m < kTiles; ++m) acc[rt][m][0] = acc[rt][m][1] = acc[rt][m][2] = acc[rt][m][3] = 0.f;
+        }
+
+        const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
+        const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
+        const int steps = split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits);
+        for (int step = 0; step < steps; ++step) {
+            const int base = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
+            // Every load of the step first: K keys base + g + 8h; V keys base + 2t + (s & 1) + 8 (s / 2).
+            uint4 k[2][KV], v[4][VV];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int key = base + g + 8 * h;
+#pragma unroll
+                for (int i = 0; i < KV; ++i)
+                    k[h][i] = key < kv_hi ? *reinterpret_cast<const uint4*>(k_rows + int64_t(key) * p.k_strides.row + (4 * i + t) * 8)
+                                          : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                const int key = base + 2 * t + (s & 1) + 8 * (s / 2);
+#pragma unroll
+                for (int j = 0; j < VV; ++j)
+                    v[s][j] = key < kv_hi ? *reinterpret_cast<const uint4*>(v_rows + int64_t(key) * p.v_strides.row + (g + 8 * j) * 8)
+                                          : make_uint4(0, 0, 0, 0);
+            }
+
+            // V^T fragments, shared by the row tiles. Tile 4j + w holds head dims
+            // 8 (g + 8j) + 2w (A row g: low halves) and that + 1 (A row g + 8: high halves).
+            uint32_t vt[kTiles][4];
+#pragma unroll
+            for (int j = 0; j < VV; ++j) {
+#pragma unroll
+                for (int w = 0; w < 4; ++w) {
+                    const uint32_t k0 = word(v[0][j], w), k1 = word(v[1][j], w), k8 = word(v[2][j], w), k9 = word(v[3][j], w);
+                    vt[4 * j + w][0] = low_halves(k0, k1);
+                    vt[4 * j + w][1] = high_halves(k0, k1);
+                    vt[4 * j + w][2] = low_halves(k8, k9);
+                    vt[4 * j + w][3] = high_halves(k8, k9);
                 }
-                if (team_lane == 0) {
-                    const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-                    float* lse = static_cast<float*>(p.workspace) + rows_total * plan.splits * T::kHeadDim;
-                    lse[slot] = row_sum[r] > 0.f ? row_max[r] + log2f(row_sum[r]) : -INFINITY;
+            }
+
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt) {
+                // s[2h + e]: key base + g + 8h, row 8 rt + 2t + e.
+                float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int i = 0; i < KV; ++i) {
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const uint32_t a[4] = {word(k[0][i], 2 * half), word(k[1][i], 2 * half),
+                                               word(k[0][i], 2 * half + 1), word(k[1][i], 2 * half + 1)};
+                        const uint32_t b[2] = {word(q[rt][i], 2 * half), word(q[rt][i], 2 * half + 1)};
+                        mma_16x8x16<kDType>(s, a, b);
+                    }
                 }
+
+                // Online softmax per row; a row's 16 scores are spread over the 8 lanes of its t.
+                float prob[4];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float score[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int key = base + g + 8 * h;
+                        score[h] = key < kv_hi && mine[rt][e].template sees<kCausal>(key, p.window) ? s[2 * h + e] * scale_log2
+                                                                                                     : -INFINITY;
+                    }
+                    float step_max = fmaxf(score[0], score[1]);
+#pragma unroll
+                    for (int offset = 4; offset < 32; offset *= 2) step_max = fmaxf(step_max, __shfl_xor(step_max, offset));
+                    const float new_max = fmaxf(row_max[rt][e], step_max);
+                    const float reference = new_max == -INFINITY ? 0.f : new_max;  // no inf - inf
+                    const float rescale = exp2f(row_max[rt][e] - reference);
+                    row_max[rt][e] = new_max;
+                    prob[e] = exp2f(score[0] - reference);
+                    prob[2 + e] = exp2f(score[1] - reference);
+                    row_sum[rt][e] = row_sum[rt][e] * rescale + prob[e] + prob[2 + e];  // this lane's part
+#pragma unroll
+                    for (int m = 0; m < kTiles; ++m) acc[rt][m][e] *= rescale, acc[rt][m][2 + e] *= rescale;
+                }
+
+                // P^T as B: lanes hold P^T[key][row] pairs over rows; a transpose pairs them over keys.
+                const uint32_t pb[2] = {
+                    transpose_8x8<kDType>(uint32_t(Numeric::pack(prob[0])) | uint32_t(Numeric::pack(prob[1])) << 16),
+                    transpose_8x8<kDType>(uint32_t(Numeric::pack(prob[2])) | uint32_t(Numeric::pack(prob[3])) << 16)};
+#pragma unroll
+                for (int m = 0; m < kTiles; ++m) mma_16x8x16<kDType>(acc[rt][m], vt[m], pb);
+            }
+        }
+
+        // Store: lane 4g + t holds rows 8 rt + 2t + e, head dims 8 (g + 8j) + 2w (acc[..][4j + w][e])
+        // and + 1 (acc[..][4j + w][2 + e]). A row that saw no key gets zeros.
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float sum = row_sum[rt][e];
+#pragma unroll
+                for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor(sum, offset);
+                if (!mine[rt][e].valid) continue;
+                const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+                for (int j = 0; j < VV; ++j) {
+                    float x[8];
+#pragma unroll
+                    for (int w = 0; w < 4; ++w) x[2 * w] = acc[rt][4 * j + w][e], x[2 * w + 1] = acc[rt][4 * j + w][2 + e];
+                    store8<Config>(p, plan, item, mine[rt][e], 8 * (g + 8 * j), x, inv);
+                }
+                if (g == 0) store_lse<Config>(p, plan, item, mine[rt][e], row_max[rt][e], sum);
             }
         }
     }
@@ -399,8 +677,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const P
                 for (int e = 0; e < kVec; ++e) out[e] = fmaf(weight, x[e], out[e]);
             }
         }
-        uint16_t* dst = static_cast<uint16_t*>(p.o) + batch * p.o_strides.batch + int64_t(head) * p.o_strides.head +
-                        int64_t(position) * p.o_strides.row + column;
+        uint16_t* dst = row_start(static_cast<uint16_t*>(p.o), p.o_strides, batch, head, position) + column;
         *reinterpret_cast<uint4*>(dst) = pack8<Numeric>(out, total > 0.f ? 1.f / total : 0.f);
     }
 }
@@ -417,6 +694,12 @@ inline int multiprocessor_count() {
     return count;
 }
 
+template <class T, class Config>
+constexpr auto attend_kernel_of() {
+    if constexpr (T::kWarpMma) return &mma_attend_kernel<T, Config>;
+    else return &attend_kernel<T, Config>;
+}
+
 // Blocks of this variant the device runs at once (0 when there is no device). The per-
 // multiprocessor occupancy is a property of the compiled kernel and its arch: asked once.
 template <class T, class Config>
@@ -424,7 +707,7 @@ int64_t resident_blocks() {
     static std::atomic<int> per_multiprocessor{0};
     if (per_multiprocessor.load(std::memory_order_relaxed) == 0) {
         int blocks = 0;
-        if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attend_kernel<T, Config>, T::kThreads, 0) != hipSuccess)
+        if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attend_kernel_of<T, Config>(), T::kThreads, 0) != hipSuccess)
             return 0;
         per_multiprocessor.store(blocks, std::memory_order_relaxed);
     }
@@ -439,7 +722,7 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     if (plan.splits > 1 && (p.workspace == nullptr || p.workspace_bytes < workspace_bytes(p, plan)))
         return hipErrorInvalidValue;
     const int64_t blocks = std::min((plan.items + T::kGroups - 1) / T::kGroups, resident * kBlockWaves);
-    attend_kernel<T, Config><<<unsigned(blocks), T::kThreads, 0, stream>>>(p, plan);
+    attend_kernel_of<T, Config>()<<<unsigned(blocks), T::kThreads, 0, stream>>>(p, plan);
     if (plan.splits == 1) return hipGetLastError();
     if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
     const int64_t vectors = int64_t(p.batch) * p.heads_q * p.seqlen_q * T::kVecsPerRow;
@@ -447,7 +730,14 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     return hipGetLastError();
 }
 
-// Calls fn(Traits{}) with the variant the problem needs: rows per pass, short or long keys.
+// Warp MMAs for the long-keys variant where the arch has them and whole warps are groups.
+// Head dims of 256 would need more registers than a lane has for one step of K and V.
+template <class Config, int GroupWidth>
+inline constexpr bool kUsesWarpMma = has_warp_mma(Config::arch) && GroupWidth == wave_size(Config::arch) &&
+                                     Config::head_dim % 64 == 0 && Config::head_dim <= 128;
+
+// Calls fn(Traits{}) with the variant the problem needs: rows per pass, short or long keys,
+// CUDA cores or warp MMAs.
 template <class Config, int GroupWidth, class Fn>
 auto with_variant(const FwdParams& p, Fn&& fn) {
     const int rows = rows_per_pass(p);
@@ -456,10 +746,15 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, true>{});
         return fn(Traits<Config, GroupWidth, 4, true>{});
     }
-    if (rows == 1) return fn(Traits<Config, GroupWidth, 1, false>{});
-    if (rows == 2) return fn(Traits<Config, GroupWidth, 2, false>{});
-    if (rows == 4) return fn(Traits<Config, GroupWidth, 4, false>{});
-    return fn(Traits<Config, GroupWidth, 8, false>{});
+    if constexpr (kUsesWarpMma<Config, GroupWidth>) {
+        if (rows <= 8) return fn(MmaTraits<Config, 1>{});
+        return fn(MmaTraits<Config, 2>{});
+    } else {
+        if (rows == 1) return fn(Traits<Config, GroupWidth, 1, false>{});
+        if (rows == 2) return fn(Traits<Config, GroupWidth, 2, false>{});
+        if (rows == 4) return fn(Traits<Config, GroupWidth, 4, false>{});
+        return fn(Traits<Config, GroupWidth, 8, false>{});
+    }
 }
 
 template <class Config, int GroupWidth = wave_size(Config::arch)>
