@@ -15,9 +15,11 @@ KERNEL_GLOB = "fmha_fwd_*.hip"
 
 
 def environment():
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["cpp_bool"] = lambda value: "true" if value else "false"
+    return env
 
 
 def write_if_different(path, text):
