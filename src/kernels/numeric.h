@@ -4,6 +4,7 @@
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "fmha_catalogue.h"
@@ -51,6 +52,27 @@ __device__ inline void unpack8(const uint4& w, float (&out)[8]) {
     }
 }
 
+// exp(x) = exp2(x * kLog2e): scores are kept in the log2 domain.
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// One online-softmax step: raises a row's running maximum to include step_max and returns the
+// factor that rescales what was accumulated under the old one. `reference` is what the step's
+// scores subtract before exp2: the new maximum, or 0 while every key so far is masked (-inf),
+// so that no inf - inf appears.
+__device__ inline float raise_max(float& running_max, float step_max, float& reference) {
+    const float new_max = fmaxf(running_max, step_max);
+    reference = new_max == -INFINITY ? 0.f : new_max;
+    const float rescale = exp2f(running_max - reference);
+    running_max = new_max;
+    return rescale;
+}
+
+// Two floats rounded to one register of two packed elements (lo in the low half).
+template <class Numeric>
+__device__ inline uint32_t pack2(float lo, float hi) {
+    return uint32_t(Numeric::pack(lo)) | uint32_t(Numeric::pack(hi)) << 16;
+}
+
 // Eight elements from a 16-byte aligned address -> eight floats.
 template <class Numeric>
 __device__ inline void unpack8(const uint16_t* src, float (&out)[8]) {
@@ -63,7 +85,7 @@ __device__ inline uint4 pack8(const float (&in)[8], float scale) {
     uint32_t words[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-        words[i] = uint32_t(Numeric::pack(in[2 * i] * scale)) | uint32_t(Numeric::pack(in[2 * i + 1] * scale)) << 16;
+        words[i] = pack2<Numeric>(in[2 * i] * scale, in[2 * i + 1] * scale);
     return make_uint4(words[0], words[1], words[2], words[3]);
 }
 

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
 
     const int lane = threadIdx.x % T::kGroupWidth;
     const int group_row0 = (threadIdx.x / T::kGroupWidth) * R;  // first row of this group in the tile
-    const float scale_log2 = p.scale * 1.4426950408889634f;     // exp(x) = exp2(x * log2(e))
+    const float scale_log2 = p.scale * kLog2e;
     const int q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
     const int64_t items = int64_t(p.batch) * p.heads_q * q_tiles;
 
@@ -154,11 +154,8 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
                 float tile_max = score[r][0];
 #pragma unroll
                 for (int t = 1; t < T::kKeysPerLane; ++t) tile_max = fmaxf(tile_max, score[r][t]);
-                const float new_max = fmaxf(row_max[r], G::max(tile_max));
-                // While every key so far is masked, new_max is -inf: use 0 so no inf - inf appears.
-                const float reference = new_max == -INFINITY ? 0.f : new_max;
-                const float rescale = exp2f(row_max[r] - reference);
-                row_max[r] = new_max;
+                float reference;
+                const float rescale = raise_max(row_max[r], G::max(tile_max), reference);
                 row_sum[r] *= rescale;
 #pragma unroll
                 for (int c = 0; c < T::kColsPerLane; ++c) acc[r][c] *= rescale;
