@@ -35,6 +35,10 @@ void TensorSet::fill(const Problem& p, uint64_t seed, float q_range) {
         check(fill_random(k.get(), sizes.k, p.dtype, seed, 1, 1.f), "filling K");
         check(fill_random(v.get(), sizes.v, p.dtype, seed, 2, 1.f), "filling V");
     }
+    poison_output();
+}
+
+void TensorSet::poison_output() {
     check(hipMemset(o.get(), 0xff, o.bytes()), "poisoning O");  // 0xffff is NaN in fp16 and bf16
 }
 

@@ -54,6 +54,7 @@ struct TensorSet {
     explicit TensorSet(const Problem& p);
     // Uniform random Q (in [-q_range, q_range)), K and V (in [-1, 1)); O poisoned with NaN.
     void fill(const Problem& p, uint64_t seed, float q_range = 1.f);
+    void poison_output();  // every element of O NaN
     void set_lengths(const DeviceLengths& lengths);
     // Allocates the workspace the kernel asks for with these params (call after set_lengths).
     void prepare_for(const KernelEntry& kernel);

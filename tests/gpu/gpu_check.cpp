@@ -24,8 +24,13 @@ CaseResult run_case(const KernelEntry& kernel, const GpuCase& c) {
         const DeviceLengths lengths(c.lens);
         tensors.set_lengths(lengths);
         tensors.prepare_for(kernel);
-        check(kernel.launch(tensors.params, nullptr), "launch");
-        check(hipDeviceSynchronize(), "kernel");
+        // Twice, O poisoned before each: a launch must not depend on what an earlier one left
+        // behind (in the workspace, say).
+        for (int launch = 0; launch < 2; ++launch) {
+            tensors.poison_output();
+            check(kernel.launch(tensors.params, nullptr), "launch");
+            check(hipDeviceSynchronize(), "kernel");
+        }
         DeviceBuffer reference(4 * tensors.sizes.o);
         check(reference_forward(tensors.params, p.dtype, p.causal, reference.get<float>()), "reference");
         const Tolerance tol = default_tolerance(p.dtype);
