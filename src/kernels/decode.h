@@ -739,7 +739,10 @@ inline constexpr bool kUsesWarpMma = has_warp_mma(Config::arch) && GroupWidth ==
 template <class Config, int GroupWidth, class Fn>
 auto with_variant(const FwdParams& p, Fn&& fn) {
     const int rows = rows_per_pass(p);
-    if (p.seqlen_kv <= kShortKeyRange && rows <= 4) {
+    if (p.seqlen_kv <= kShortKeyRange) {
+        // More rows take passes of 4, which re-read their two K/V rows from L2: cheaper than
+        // the long variants, whose key steps would hold two keys (H200, -b 30720 -h 16 -gqa 4
+        // -d 64 -s 2 -s-q 4: 344 -> 194 us; -h 32 -gqa 8 -d 256 -s-q 2 -bf16: 1563 -> 906 us).
         if (rows == 1) return fn(Traits<Config, GroupWidth, 1, true>{});
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, true>{});
         return fn(Traits<Config, GroupWidth, 4, true>{});
