@@ -676,11 +676,11 @@ __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const P
     }
 }
 
-// Blocks for `units` units of work of `per_block` each: a block per kGroups work items,
-// dispatched in order, so the blocks resident at any time read neighbouring memory (H200,
-// config 3: 0.714 -> 0.672 ms against four waves of resident blocks looping over the items,
-// whose read streams drift apart). Kernels loop over their work only past HIP's limit of
-// 2^32 - 1 threads per grid.
+// The grid for `units` units of work, `per_block` to a block. The attend kernel gets a block
+// per kGroups work items, dispatched in order, so the blocks resident at any time read
+// neighbouring memory (H200, config 3: 0.714 -> 0.672 ms against four waves of resident
+// blocks looping over the items, whose read streams drift apart). Kernels loop over their work
+// only past HIP's limit of 2^32 - 1 threads per grid.
 inline unsigned grid_blocks(int64_t units, int per_block, int threads) {
     return unsigned(std::min((units + per_block - 1) / per_block, int64_t(UINT32_MAX) / threads));
 }
