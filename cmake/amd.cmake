@@ -39,7 +39,8 @@ foreach(arch ${PLATFORM_ARCHS})
     target_include_directories(kernels_${arch} PRIVATE ${INCLUDE_DIRS})
     target_compile_options(kernels_${arch} PRIVATE -x hip --offload-arch=${target} ${HIP_DEVICE_FLAGS})
     list(APPEND KERNEL_OBJECTS $<TARGET_OBJECTS:kernels_${arch}>)
-    # The compiler's resource report of each kernel (device-only compile, same flags).
+    # The compiler's resource report of each kernel (device-only compile, same flags). The
+    # compiler's depfile makes a header edit redo the reports that include it.
     foreach(source ${FMHA_KERNELS_${arch}})
       get_filename_component(name ${source} NAME_WE)
       set(report ${CMAKE_BINARY_DIR}/resources/${name}.txt)
@@ -48,7 +49,8 @@ foreach(arch ${PLATFORM_ARCHS})
         COMMAND sh -c "\"$0\" \"$@\" > ${report} 2>&1 || { cat ${report}; exit 1; }"
                 ${CMAKE_CXX_COMPILER} -std=c++17 -x hip --offload-arch=${target} --offload-device-only
                 ${HIP_DEVICE_FLAGS} ${INCLUDE_FLAGS} -Rpass-analysis=kernel-resource-usage -c ${source} -o /dev/null
-        DEPENDS ${source} VERBATIM)
+                -MD -MF ${report}.d -MT ${report}
+        DEPENDS ${source} DEPFILE ${report}.d VERBATIM)
       list(APPEND RESOURCE_REPORTS ${report})
     endforeach()
   endif()
