@@ -130,6 +130,18 @@ inline size_t workspace_bytes(const FwdParams& p, const Plan& plan) {
     return rows * plan.splits * (size_t(p.head_dim) + 1) * sizeof(float);
 }
 
+// The two parts of a split launch's workspace (layout: workspace_bytes), indexed by slot =
+// row x splits + split.
+struct SplitWorkspace {
+    float* partials;  // [slot][head_dim]
+    float* lses;      // [slot]
+
+    __device__ SplitWorkspace(const FwdParams& p, const Plan& plan) {
+        partials = static_cast<float*>(p.workspace);
+        lses = partials + int64_t(p.batch) * p.heads_q * p.seqlen_q * plan.splits * p.head_dim;
+    }
+};
+
 // The largest value over the wave. Groups narrower than the wave must run the same number of
 // loop trips as their neighbours, because shuffles need every lane of the wave.
 template <class T>
@@ -263,7 +275,7 @@ __device__ inline void store8(const FwdParams& p, const Plan& plan, const WorkIt
         *reinterpret_cast<uint4*>(out + column) = pack8<DTypeTraits<Config::dtype>>(x, inv);
         return;
     }
-    float4* dst = reinterpret_cast<float4*>(static_cast<float*>(p.workspace) +
+    float4* dst = reinterpret_cast<float4*>(SplitWorkspace(p, plan).partials +
                                             workspace_slot(p, plan, item, row) * Config::head_dim + column);
     dst[0] = make_float4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
     dst[1] = make_float4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
@@ -275,9 +287,7 @@ template <class Config>
 __device__ inline void store_lse(const FwdParams& p, const Plan& plan, const WorkItem& item, const QueryRow& row,
                                  float row_max, float row_sum) {
     if (plan.splits == 1) return;
-    const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-    float* lse = static_cast<float*>(p.workspace) + rows_total * plan.splits * Config::head_dim;
-    lse[workspace_slot(p, plan, item, row)] = row_sum > 0.f ? row_max + log2f(row_sum) : -INFINITY;
+    SplitWorkspace(p, plan).lses[workspace_slot(p, plan, item, row)] = row_sum > 0.f ? row_max + log2f(row_sum) : -INFINITY;
 }
 
 template <class T, class Config>
@@ -644,8 +654,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const P
     using Numeric = DTypeTraits<Config::dtype>;
     constexpr int kVecsPerRow = Config::head_dim / kVec;
     const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-    const float* partials = static_cast<const float*>(p.workspace);
-    const float* lses = partials + rows_total * plan.splits * Config::head_dim;
+    const SplitWorkspace workspace(p, plan);
     for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < rows_total * kVecsPerRow;
          index += int64_t(gridDim.x) * blockDim.x) {
         const DivMod by_column = divmod(index, kVecsPerRow);
@@ -655,7 +664,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const P
         const int column = by_column.remainder * kVec, position = by_position.remainder, head = by_head.remainder;
         if (position >= (p.seqlens_q ? p.seqlens_q[batch] : p.seqlen_q)) continue;  // never written
 
-        const float* lse = lses + row * plan.splits;
+        const float* lse = workspace.lses + row * plan.splits;
         float max_lse = -INFINITY;
         for (int s = 0; s < plan.splits; ++s) max_lse = fmaxf(max_lse, lse[s]);
         float out[kVec] = {}, total = 0.f;
@@ -664,7 +673,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const P
                 const float weight = exp2f(lse[s] - max_lse);
                 if (weight == 0.f) continue;  // an empty split: its partial holds zeros anyway
                 total += weight;
-                const float4* src = reinterpret_cast<const float4*>(partials + (row * plan.splits + s) * Config::head_dim + column);
+                const float4* src = reinterpret_cast<const float4*>(workspace.partials + (row * plan.splits + s) * Config::head_dim + column);
                 const float4 a = src[0], b = src[1];
                 const float x[kVec] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
