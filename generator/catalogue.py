@@ -32,7 +32,7 @@ FAMILIES = {
                "tiled, any seqlen_q/seqlen_kv; the correct fallback for every shape"),
         Family("decode", 8, 256,
                "bandwidth-bound, for few query rows per KV head: streams K/V once per KV head "
-               "with 16-byte loads, splitting long key ranges across blocks"),
+               "with 16-byte loads, splitting long key ranges across warps and blocks"),
     )
 }
 

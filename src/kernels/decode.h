@@ -19,8 +19,10 @@
 // - long keys on tensor cores (archs with warp MMA): see MmaTraits.
 //
 // Long key ranges with few work items are split across groups (the plan below), the splits
-// of an item interleaved step by step; each split writes fp32 partial outputs and
-// log-sum-exps to the workspace, and a second kernel combines them.
+// of an item interleaved step by step. Each split yields an fp32 partial output and
+// log-sum-exp per row. The groups of one block take consecutive splits of an item and merge
+// them in shared memory; where an item has more splits than a block has groups, each block
+// writes its merged partial to the workspace and a second kernel combines them.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -39,6 +41,7 @@ namespace fmha {
 namespace decode {
 
 constexpr int pow2_at_least(int x) { return x <= 1 ? 1 : 2 * pow2_at_least((x + 1) / 2); }
+constexpr int pow2_at_most(int x) { return x <= 1 ? 1 : 2 * pow2_at_most(x / 2); }
 constexpr int min_of(int a, int b) { return a < b ? a : b; }
 constexpr int max_of(int a, int b) { return a > b ? a : b; }
 
@@ -49,7 +52,8 @@ inline constexpr int kShortKeyRange = 2;
 struct BlockShape {
     static constexpr int kThreads = 128;          // small blocks: finer occupancy steps at high register counts
     static constexpr int kMinKeysPerSplit = 256;  // keeps the combine cheap
-    static constexpr int kMaxSplits = 128;
+    static constexpr int kMaxSplits = 128;        // a multiple of every variant's groups per block
+    static constexpr int kMaxBlockPartialBytes = 48 * 1024;  // shared memory any launch may ask for
 };
 
 // MaxGroupWidth: the wave size, or less (tests). ShortKeys: the variant whose key range fits
@@ -88,14 +92,42 @@ struct Traits : BlockShape {
     static_assert(kHeadDim % kVec == 0, "rows are moved in whole vectors");
     static_assert(kGroupWidth <= kWaveSize && kWaveSize % kGroupWidth == 0, "a group lives in one wave");
     static_assert(kThreads % kWaveSize == 0, "whole waves per block");
+    static_assert(kMaxSplits % kGroups == 0, "cross-block splits come in whole blocks");
 };
 
 // How one launch divides the work; computed on the host, identical in every kernel of it.
 struct Plan {
     int passes;          // row passes per (batch, KV head)
-    int splits;          // key splits per (batch, KV head): split s takes steps s, s + splits, ...
-    int64_t items;       // batch x heads_kv x splits x passes
+    int splits;          // key splits per (batch, KV head, pass): split s takes steps s, s + splits, ...
+    int block_splits;    // consecutive splits one block merges in shared memory (1: none)
+    int64_t items;       // batch x heads_kv x passes x splits, split fastest
+
+    // Partials per row that go through the workspace and the combine kernel (1: none).
+    __host__ __device__ int workspace_splits() const { return splits / block_splits; }
 };
+
+// A split launch's partials of one block in shared memory: per group, the partial outputs
+// [row of the pass][head_dim] and log2-sum-exps [row of the pass].
+template <class T>
+struct BlockPartials {
+    static constexpr size_t kBytes = size_t(T::kGroups) * T::kRows * (T::kHeadDim + 1) * sizeof(float);
+    float* partials;
+    float* lses;
+
+    __device__ explicit BlockPartials(float* shared) : partials(shared), lses(shared + T::kGroups * T::kRows * T::kHeadDim) {}
+    __device__ float* partial(int group, int row) const { return partials + (group * T::kRows + row) * T::kHeadDim; }
+    __device__ float& lse(int group, int row) const { return lses[group * T::kRows + row]; }
+};
+
+// Whether a variant's blocks merge their splits in shared memory: not the short-keys one,
+// which never splits, nor one whose buffer would be too large (its splits all go to the
+// workspace).
+template <class T>
+inline constexpr bool kMergesInBlock = !T::kShortKeys && BlockPartials<T>::kBytes <= T::kMaxBlockPartialBytes;
+
+// The dynamic shared memory of a launch that merges splits in its blocks.
+template <class T>
+inline constexpr size_t kMergeSharedBytes = kMergesInBlock<T> ? BlockPartials<T>::kBytes : 0;
 
 // Query rows that read one KV head, and the row-pass size the launcher instantiates for them.
 inline int rows_per_kv_head(const FwdParams& p) { return p.heads_q / p.heads_kv * p.seqlen_q; }
@@ -112,33 +144,37 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
     const int64_t base_items = int64_t(p.batch) * p.heads_kv * plan.passes;
     // When the (batch, KV head, pass) items leave resident groups idle, split the key range so
     // that one wave of groups has work; a partial second wave would idle most of the device.
-    int64_t splits = 1;
+    int splits = 1;
     if (base_items < resident_groups) {
         const int64_t by_length = (p.seqlen_kv + T::kMinKeysPerSplit - 1) / T::kMinKeysPerSplit;
-        splits = std::max<int64_t>(1, std::min<int64_t>({resident_groups / base_items, by_length, T::kMaxSplits}));
+        splits = int(std::max<int64_t>(1, std::min<int64_t>({resident_groups / base_items, by_length, T::kMaxSplits})));
+        // Blocks hold whole items' splits (fewer than a block's groups) or whole blocks of them.
+        splits = splits < T::kGroups ? pow2_at_most(splits) : splits / T::kGroups * T::kGroups;
     }
-    plan.splits = int(splits);
-    plan.items = base_items * plan.splits;
+    plan.splits = splits;
+    plan.block_splits = kMergesInBlock<T> ? min_of(splits, T::kGroups) : 1;
+    plan.items = base_items * splits;
     return plan;
 }
 
-// Workspace of a split launch: fp32 partial outputs [row][split][head_dim], then the partial
-// log2-sum-exps [row][split], where row = (batch x heads_q + head) x seqlen_q + position.
+// Workspace of a launch whose items have more splits than a block holds: fp32 partial outputs
+// [row][workspace split][head_dim], then the partial log2-sum-exps [row][workspace split],
+// where row = (batch x heads_q + head) x seqlen_q + position.
 inline size_t workspace_bytes(const FwdParams& p, const Plan& plan) {
-    if (plan.splits == 1) return 0;
+    if (plan.workspace_splits() == 1) return 0;
     const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
-    return rows * plan.splits * (size_t(p.head_dim) + 1) * sizeof(float);
+    return rows * plan.workspace_splits() * (size_t(p.head_dim) + 1) * sizeof(float);
 }
 
-// The two parts of a split launch's workspace (layout: workspace_bytes), indexed by slot =
-// row x splits + split.
+// The two parts of the workspace (layout: workspace_bytes), indexed by slot =
+// row x workspace splits + workspace split.
 struct SplitWorkspace {
     float* partials;  // [slot][head_dim]
     float* lses;      // [slot]
 
     __device__ SplitWorkspace(const FwdParams& p, const Plan& plan) {
         partials = static_cast<float*>(p.workspace);
-        lses = partials + int64_t(p.batch) * p.heads_q * p.seqlen_q * plan.splits * p.head_dim;
+        lses = partials + int64_t(p.batch) * p.heads_q * p.seqlen_q * plan.workspace_splits() * p.head_dim;
     }
 };
 
@@ -189,11 +225,11 @@ struct WorkItem {
 __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t index) {
     WorkItem item;
     item.active = index < plan.items;
-    const DivMod by_pass = divmod(item.active ? index : 0, plan.passes);
-    const DivMod by_split = divmod(by_pass.quotient, plan.splits);
-    const DivMod by_head = divmod(by_split.quotient, p.heads_kv);
-    item.pass = by_pass.remainder;
+    const DivMod by_split = divmod(item.active ? index : 0, plan.splits);
+    const DivMod by_pass = divmod(by_split.quotient, plan.passes);
+    const DivMod by_head = divmod(by_pass.quotient, p.heads_kv);
     item.split = by_split.remainder;
+    item.pass = by_pass.remainder;
     item.head_kv = by_head.remainder;
     item.batch = by_head.quotient;
     item.len_q = p.seqlens_q ? p.seqlens_q[item.batch] : p.seqlen_q;
@@ -260,34 +296,111 @@ __device__ inline Element* row_start(Element* base, const TensorStrides& s, int6
     return base + batch * s.batch + int64_t(head) * s.head + int64_t(position) * s.row;
 }
 
-// The slot of a row's split in the workspace: [row][split].
+// Eight results, each times inv, as fp32 to dst (16-byte aligned).
+__device__ inline void store8_fp32(float* dst, const float (&x)[8], float inv) {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+}
+
+// Eight results of row (batch, head, position) of O, from head-dim `column` on, each times inv.
+template <class Config>
+__device__ inline void store8_output(const FwdParams& p, int64_t batch, int head, int position, int column,
+                                     const float (&x)[8], float inv) {
+    uint16_t* out = row_start(static_cast<uint16_t*>(p.o), p.o_strides, batch, head, position);
+    *reinterpret_cast<uint4*>(out + column) = pack8<DTypeTraits<Config::dtype>>(x, inv);
+}
+
+// The workspace slot of a row's share of splits: [row][workspace split].
 __device__ inline int64_t workspace_slot(const FwdParams& p, const Plan& plan, const WorkItem& item, const QueryRow& row) {
-    return ((item.batch * p.heads_q + row.head) * p.seqlen_q + row.position) * plan.splits + item.split;
+    return ((item.batch * p.heads_q + row.head) * p.seqlen_q + row.position) * plan.workspace_splits() +
+           item.split / plan.block_splits;
 }
 
-// Writes eight results of a row, from head-dim `column` on, each times inv: to O, or, in a
-// split launch, to the row's fp32 partial in the workspace.
-template <class Config>
-__device__ inline void store8(const FwdParams& p, const Plan& plan, const WorkItem& item, const QueryRow& row, int column,
-                              const float (&x)[8], float inv) {
-    if (plan.splits == 1) {
-        uint16_t* out = row_start(static_cast<uint16_t*>(p.o), p.o_strides, item.batch, row.head, row.position);
-        *reinterpret_cast<uint4*>(out + column) = pack8<DTypeTraits<Config::dtype>>(x, inv);
-        return;
+// A partial's log2-sum-exp, -inf where its row saw no key, so that merging gives it no weight.
+__device__ inline float partial_lse(float row_max, float row_sum) {
+    return row_sum > 0.f ? row_max + log2f(row_sum) : -INFINITY;
+}
+
+// Where a group puts its finished rows: O itself; in a split launch its partials, to the
+// block's shared buffer (merged by merge_block) or, where the variant merges none in blocks,
+// to the workspace.
+template <class T, class Config>
+struct RowSink {
+    const FwdParams& p;
+    const Plan& plan;
+    const WorkItem& item;
+    BlockPartials<T> block;
+    int group;  // in the block
+
+    // Eight results of row r of the pass, from head-dim `column` on, each times inv.
+    __device__ void store8(int r, const QueryRow& row, int column, const float (&x)[8], float inv) const {
+        if (plan.splits == 1) return store8_output<Config>(p, item.batch, row.head, row.position, column, x, inv);
+        float* dst = plan.block_splits > 1 ? block.partial(group, r)
+                                           : SplitWorkspace(p, plan).partials + workspace_slot(p, plan, item, row) * T::kHeadDim;
+        store8_fp32(dst + column, x, inv);
     }
-    float4* dst = reinterpret_cast<float4*>(SplitWorkspace(p, plan).partials +
-                                            workspace_slot(p, plan, item, row) * Config::head_dim + column);
-    dst[0] = make_float4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
-    dst[1] = make_float4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+    // The row's log2-sum-exp, after its partials; nothing without splits.
+    __device__ void store_lse(int r, const QueryRow& row, float row_max, float row_sum) const {
+        if (plan.splits == 1) return;
+        float& dst = plan.block_splits > 1 ? block.lse(group, r) : SplitWorkspace(p, plan).lses[workspace_slot(p, plan, item, row)];
+        dst = partial_lse(row_max, row_sum);
+    }
+};
+
+// Merges n partials of a row: out = the sum of exp2(lse - max lse) x partial over 8 columns,
+// the partials `stride` floats apart, their log2-sum-exps `lse_stride` apart. Returns the
+// weights' sum and the max lse (the merged log2-sum-exp is max + log2(total)).
+struct Merged {
+    float max_lse, total;
+};
+__device__ inline Merged merge_partials(const float* lse, int lse_stride, const float* partial, int64_t stride, int n,
+                                        float (&out)[8]) {
+    Merged m{-INFINITY, 0.f};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = 0.f;
+    for (int s = 0; s < n; ++s) m.max_lse = fmaxf(m.max_lse, lse[s * lse_stride]);
+    if (m.max_lse == -INFINITY) return m;
+    for (int s = 0; s < n; ++s) {
+        const float weight = exp2f(lse[s * lse_stride] - m.max_lse);
+        if (weight == 0.f) continue;  // a split that saw no key: its partial holds zeros anyway
+        m.total += weight;
+        const float4 a = reinterpret_cast<const float4*>(partial + s * stride)[0];
+        const float4 b = reinterpret_cast<const float4*>(partial + s * stride)[1];
+        const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[e] = fmaf(weight, x[e], out[e]);
+    }
+    return m;
 }
 
-// A split's log2-sum-exp of a row (after its partials), -inf where the row saw no key, so the
-// combine gives that split no weight. Nothing to write without splits.
-template <class Config>
-__device__ inline void store_lse(const FwdParams& p, const Plan& plan, const WorkItem& item, const QueryRow& row,
-                                 float row_max, float row_sum) {
-    if (plan.splits == 1) return;
-    SplitWorkspace(p, plan).lses[workspace_slot(p, plan, item, row)] = row_sum > 0.f ? row_max + log2f(row_sum) : -INFINITY;
+// Merges the consecutive splits of each item a block holds (plan.block_splits > 1): into O
+// where they are all of the item's splits, else into the workspace slot of the block's share.
+// The whole block calls it once its groups stored their rows; `first` is its first item.
+template <class T, class Config>
+__device__ void merge_block(const FwdParams& p, const Plan& plan, int64_t first, const BlockPartials<T>& block) {
+    constexpr int kVecsPerRow = T::kHeadDim / 8;
+    constexpr int kUnitsPerItem = T::kRows * kVecsPerRow;
+    __syncthreads();
+    for (int unit = threadIdx.x; unit < T::kGroups / plan.block_splits * kUnitsPerItem; unit += T::kThreads) {
+        const int group = unit / kUnitsPerItem * plan.block_splits;  // the item's first split in the block
+        const int r = unit / kVecsPerRow % T::kRows, column = unit % kVecsPerRow * 8;
+        const WorkItem item = locate(p, plan, first + group);
+        const QueryRow row = query_row(item, item.pass * T::kRows + r);
+        if (!row.valid) continue;
+        float out[8];
+        const Merged m = merge_partials(&block.lse(group, r), T::kRows, block.partial(group, r) + column,
+                                        T::kRows * T::kHeadDim, plan.block_splits, out);
+        const float inv = m.total > 0.f ? 1.f / m.total : 0.f;
+        if (plan.workspace_splits() == 1) {
+            store8_output<Config>(p, item.batch, row.head, row.position, column, out, inv);
+        } else {
+            const SplitWorkspace workspace(p, plan);
+            const int64_t slot = workspace_slot(p, plan, item, row);
+            store8_fp32(workspace.partials + slot * T::kHeadDim + column, out, inv);
+            if (column == 0) workspace.lses[slot] = partial_lse(m.max_lse, m.total);
+        }
+    }
+    __syncthreads();  // the buffer is free for the block's next items
 }
 
 template <class T, class Config>
@@ -306,6 +419,8 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
     const auto* q_base = static_cast<const uint16_t*>(p.q);
     const auto* k_base = static_cast<const uint16_t*>(p.k);
     const auto* v_base = static_cast<const uint16_t*>(p.v);
+    extern __shared__ float4 block_shared[];  // split launches: BlockPartials
+    const BlockPartials<T> block(reinterpret_cast<float*>(block_shared));
 
     // Column of this lane's vector v (lanes past the head dimension hold zeros).
     auto column = [&](int v) { return (v * T::kTeamWidth + team_lane) * T::kVec; };
@@ -313,6 +428,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
          first += int64_t(gridDim.x) * T::kGroups) {
         const WorkItem item = locate(p, plan, first + group_in_block);
+        const RowSink<T, Config> sink{p, plan, item, block, group_in_block};
 
         // This pass's rows, and the key range of the pass within its split.
         QueryRow rows[R];
@@ -354,9 +470,9 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
             const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
 #pragma unroll
             for (int v = 0; v < V; ++v) {
-                if (column(v) < T::kHeadDim) store8<Config>(p, plan, item, rows[r], column(v), acc[r][v], inv);
+                if (column(v) < T::kHeadDim) sink.store8(r, rows[r], column(v), acc[r][v], inv);
             }
-            if (team_lane == 0) store_lse<Config>(p, plan, item, rows[r], row_max[r], row_sum[r]);
+            if (team_lane == 0) sink.store_lse(r, rows[r], row_max[r], row_sum[r]);
         };
 
         const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
@@ -450,6 +566,9 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
 #pragma unroll
             for (int r = 0; r < R; ++r) store_row(r);
         }
+        if constexpr (kMergesInBlock<T>) {
+            if (plan.block_splits > 1) merge_block<T, Config>(p, plan, first, block);
+        }
     }
 }
 
@@ -476,6 +595,7 @@ struct MmaTraits : BlockShape {
     static constexpr int kVVectors = kHeadDim / 64;  // per key and lane
     static constexpr int kDimTiles = kHeadDim / 16;  // M tiles of O^T
     static constexpr bool kWarpMma = true;
+    static constexpr bool kShortKeys = false;
     // One row tile fits 128 registers: 4 blocks (16 warps) per multiprocessor. Asking for it
     // measured 282 -> 270 us and 2.12 -> 1.92 ms on the long-KV cases (H200, 2026-11-22).
     static constexpr int kMinBlocks = RowTiles == 1 ? 4 : 1;
@@ -500,10 +620,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
     const auto* q_base = static_cast<const uint16_t*>(p.q);
     const auto* k_base = static_cast<const uint16_t*>(p.k);
     const auto* v_base = static_cast<const uint16_t*>(p.v);
+    extern __shared__ float4 block_shared[];  // split launches: BlockPartials
+    const BlockPartials<T> block(reinterpret_cast<float*>(block_shared));
 
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
          first += int64_t(gridDim.x) * T::kGroups) {
         const WorkItem item = locate(p, plan, first + warp_in_block);
+        const RowSink<T, Config> sink{p, plan, item, block, warp_in_block};
         auto row_at = [&](int r) { return query_row(item, item.pass * T::kRows + r); };
 
         VisibleKeys<kCausal> visible;
@@ -638,50 +761,38 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                     float x[8];
 #pragma unroll
                     for (int w = 0; w < 4; ++w) x[2 * w] = acc[rt][4 * j + w][e], x[2 * w + 1] = acc[rt][4 * j + w][2 + e];
-                    store8<Config>(p, plan, item, mine[rt][e], 8 * (g + 8 * j), x, inv);
+                    sink.store8(8 * rt + 2 * t + e, mine[rt][e], 8 * (g + 8 * j), x, inv);
                 }
-                if (g == 0) store_lse<Config>(p, plan, item, mine[rt][e], row_max[rt][e], sum);
+                if (g == 0) sink.store_lse(8 * rt + 2 * t + e, mine[rt][e], row_max[rt][e], sum);
             }
+        }
+        if constexpr (kMergesInBlock<T>) {
+            if (plan.block_splits > 1) merge_block<T, Config>(p, plan, first, block);
         }
     }
 }
 
-// Combines the splits of each row: weights exp2(lse_split - max) over the splits.
-// One thread per 16-byte vector of output; no shuffles, so no uniformity requirement.
-// (Takes the vector width as a parameter: one instantiation serves every variant of a config.)
-template <class Config, int kVec>
+// Combines each row's partials in the workspace (one per block's share of the splits).
+// One thread per 8 columns of output; no shuffles, so no uniformity requirement, and one
+// instantiation serves every variant of a config.
+template <class Config>
 __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const Plan plan) {
-    using Numeric = DTypeTraits<Config::dtype>;
-    constexpr int kVecsPerRow = Config::head_dim / kVec;
+    constexpr int kVecsPerRow = Config::head_dim / 8;
     const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
     const SplitWorkspace workspace(p, plan);
+    const int n = plan.workspace_splits();
     for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < rows_total * kVecsPerRow;
          index += int64_t(gridDim.x) * blockDim.x) {
         const DivMod by_column = divmod(index, kVecsPerRow);
         const DivMod by_position = divmod(by_column.quotient, p.seqlen_q);
         const DivMod by_head = divmod(by_position.quotient, p.heads_q);
         const int64_t row = by_column.quotient, batch = by_head.quotient;
-        const int column = by_column.remainder * kVec, position = by_position.remainder, head = by_head.remainder;
+        const int column = by_column.remainder * 8, position = by_position.remainder, head = by_head.remainder;
         if (position >= (p.seqlens_q ? p.seqlens_q[batch] : p.seqlen_q)) continue;  // never written
-
-        const float* lse = workspace.lses + row * plan.splits;
-        float max_lse = -INFINITY;
-        for (int s = 0; s < plan.splits; ++s) max_lse = fmaxf(max_lse, lse[s]);
-        float out[kVec] = {}, total = 0.f;
-        if (max_lse != -INFINITY) {
-            for (int s = 0; s < plan.splits; ++s) {
-                const float weight = exp2f(lse[s] - max_lse);
-                if (weight == 0.f) continue;  // an empty split: its partial holds zeros anyway
-                total += weight;
-                const float4* src = reinterpret_cast<const float4*>(workspace.partials + (row * plan.splits + s) * Config::head_dim + column);
-                const float4 a = src[0], b = src[1];
-                const float x[kVec] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-                for (int e = 0; e < kVec; ++e) out[e] = fmaf(weight, x[e], out[e]);
-            }
-        }
-        uint16_t* dst = row_start(static_cast<uint16_t*>(p.o), p.o_strides, batch, head, position) + column;
-        *reinterpret_cast<uint4*>(dst) = pack8<Numeric>(out, total > 0.f ? 1.f / total : 0.f);
+        float out[8];
+        const Merged m = merge_partials(workspace.lses + row * n, 1, workspace.partials + row * n * Config::head_dim + column,
+                                        Config::head_dim, n, out);
+        store8_output<Config>(p, batch, head, position, column, out, m.total > 0.f ? 1.f / m.total : 0.f);
     }
 }
 
@@ -710,12 +821,14 @@ constexpr auto attend_kernel_of() {
 
 // Blocks of this variant the device runs at once (0 when there is no device). The per-
 // multiprocessor occupancy is a property of the compiled kernel and its arch: asked once.
+// Plans are made for the occupancy of a launch that merges splits in its blocks.
 template <class T, class Config>
 int64_t resident_blocks() {
     static std::atomic<int> per_multiprocessor{0};
     if (per_multiprocessor.load(std::memory_order_relaxed) == 0) {
         int blocks = 0;
-        if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attend_kernel_of<T, Config>(), T::kThreads, 0) != hipSuccess)
+        if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attend_kernel_of<T, Config>(), T::kThreads,
+                                                         kMergeSharedBytes<T>) != hipSuccess)
             return 0;
         per_multiprocessor.store(blocks, std::memory_order_relaxed);
     }
@@ -726,14 +839,15 @@ template <class T, class Config>
 hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     const int64_t resident = resident_blocks<T, Config>();
     if (resident == 0) return hipErrorNoDevice;
-    const Plan plan = make_plan<T>(p, resident * T::kGroups);
-    if (plan.splits > 1 && (p.workspace == nullptr || p.workspace_bytes < workspace_bytes(p, plan)))
-        return hipErrorInvalidValue;
-    attend_kernel_of<T, Config>()<<<grid_blocks(plan.items, T::kGroups, T::kThreads), T::kThreads, 0, stream>>>(p, plan);
-    if (plan.splits == 1) return hipGetLastError();
+    const Plan plan = make_plan<T>(p, resident * T::kGroups);  // as plan() below
+    const size_t workspace = workspace_bytes(p, plan);
+    if (workspace > 0 && (p.workspace == nullptr || p.workspace_bytes < workspace)) return hipErrorInvalidValue;
+    const size_t shared = plan.block_splits > 1 ? kMergeSharedBytes<T> : 0;
+    attend_kernel_of<T, Config>()<<<grid_blocks(plan.items, T::kGroups, T::kThreads), T::kThreads, shared, stream>>>(p, plan);
+    if (workspace == 0) return hipGetLastError();
     if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
-    const int64_t vectors = int64_t(p.batch) * p.heads_q * p.seqlen_q * T::kVecsPerRow;
-    combine_kernel<Config, T::kVec><<<grid_blocks(vectors, 256, 256), 256, 0, stream>>>(p, plan);
+    const int64_t vectors = int64_t(p.batch) * p.heads_q * p.seqlen_q * (Config::head_dim / 8);
+    combine_kernel<Config><<<grid_blocks(vectors, 256, 256), 256, 0, stream>>>(p, plan);
     return hipGetLastError();
 }
 
@@ -774,14 +888,19 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
         p, [&](auto traits) { return launch_variant<decltype(traits), Config>(p, stream); });
 }
 
+// The plan launch() follows for this problem on the current device.
+template <class Config, int GroupWidth = wave_size(Config::arch)>
+Plan plan(const FwdParams& p) {
+    return with_variant<Config, GroupWidth>(p, [&](auto traits) {
+        using T = decltype(traits);
+        return make_plan<T>(p, resident_blocks<T, Config>() * T::kGroups);
+    });
+}
+
 // Bytes of workspace launch() needs for this problem on the current device (0: none).
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 size_t workspace_size(const FwdParams& p) {
-    if (!params_match<Config>(p)) return 0;
-    return with_variant<Config, GroupWidth>(p, [&](auto traits) {
-        using T = decltype(traits);
-        return workspace_bytes(p, make_plan<T>(p, resident_blocks<T, Config>() * T::kGroups));
-    });
+    return params_match<Config>(p) ? workspace_bytes(p, plan<Config, GroupWidth>(p)) : 0;
 }
 
 }  // namespace decode

@@ -1,0 +1,98 @@
+// Split-KV decode plans. A block's groups take consecutive splits of an item and merge them
+// in shared memory; items with more splits than a block has groups also go through the
+// workspace and the combine kernel. The plan's rule is checked on the host, and each of its
+// shapes on the GPU against the reference.
+#include <gtest/gtest.h>
+
+#include "gpu_check.h"
+#include "kernels/decode.h"
+
+namespace fmha {
+namespace {
+
+#if defined(__HIP_PLATFORM_NVIDIA__)
+constexpr Arch kArch = Arch::sm90;
+#else
+constexpr Arch kArch = Arch::gfx90a;
+#endif
+
+using Fp16Causal = KernelConfig<DType::fp16, 128, HeadsKind::gqa, Mask::causal, kArch>;  // tensor cores on NVIDIA
+using Bf16Wide = KernelConfig<DType::bf16, 256, HeadsKind::gqa, Mask::nomask, kArch>;    // CUDA cores
+
+// 8 query heads over 2 KV heads, one query position: 4 rows per KV head, one pass.
+template <class Config>
+Problem problem(int batch, int seqlen_kv) {
+    Problem p;
+    p.dtype = Config::dtype, p.head_dim = Config::head_dim, p.causal = Config::mask == Mask::causal;
+    p.batch = batch, p.heads_q = 8, p.heads_kv = 2, p.seqlen_q = 1, p.seqlen_kv = seqlen_kv;
+    return p;
+}
+
+TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
+    using T = decode::Traits<Fp16Causal, wave_size(kArch), 4, false>;
+    constexpr int G = T::kGroups;
+    const FwdParams p = shape_params(problem<Fp16Causal>(10, 100000));  // 20 items before splitting
+    struct Expected {
+        int64_t resident_groups;
+        int splits;
+    };
+    const Expected cases[] = {
+        {20, 1},                 // the items fill the device
+        {79, 2},                 // 3 splits' worth: rounded to a power of two or whole blocks
+        {20 * G, G},             // one block per item, no workspace
+        {20 * (2 * G + 1), 2 * G},  // whole blocks of splits
+        {int64_t(1) << 40, T::kMaxSplits},
+    };
+    for (const Expected& c : cases) {
+        const decode::Plan plan = decode::make_plan<T>(p, c.resident_groups);
+        EXPECT_EQ(plan.splits, c.splits) << c.resident_groups << " resident groups";
+        EXPECT_EQ(plan.block_splits, std::min(plan.splits, G));
+        EXPECT_EQ(plan.items, 20 * plan.splits);
+        EXPECT_EQ(decode::workspace_bytes(p, plan) > 0, plan.splits > G);
+    }
+    // Few keys cap the splits at one per kMinKeysPerSplit keys, rounded the same way (3 -> 2).
+    const FwdParams short_range = shape_params(problem<Fp16Causal>(10, 3 * T::kMinKeysPerSplit));
+    EXPECT_EQ(decode::make_plan<T>(short_range, int64_t(1) << 40).splits, 2);
+}
+
+// Batches that give each plan shape on this device, then the result against the reference.
+template <class Config>
+void check_plan_shapes() {
+    const KernelKey key{Config::dtype, Config::head_dim, Config::heads, Config::mask, Family::decode, kArch};
+    const KernelEntry kernel{key, &decode::launch<Config>, &decode::workspace_size<Config>};
+    // The variant's groups per block and the device's resident groups.
+    const auto [groups, resident] = decode::with_variant<Config, wave_size(kArch)>(
+        shape_params(problem<Config>(1, 1100)), [](auto traits) {
+            using T = decltype(traits);
+            return std::pair{T::kGroups, decode::resident_blocks<T, Config>() * T::kGroups};
+        });
+    struct Shape {
+        const char* what;
+        int batch, seqlen_kv, splits;
+    };
+    const Shape shapes[] = {
+        // 1100 keys allow up to 4 splits of at least 256 keys.
+        {"the splits of an item fill a block", 16, 1100, 4},
+        // 2 KV heads per sequence: 2 to 4 resident groups per item.
+        {"two splits per item", int(resident / 4), 1100, 2},
+        {"blocks of splits combined in the workspace", 3, 5000, 20},
+    };
+    for (const Shape& s : shapes) {
+        const GpuCase c{problem<Config>(s.batch, s.seqlen_kv), {}, uint64_t(s.batch)};
+        const decode::Plan plan = decode::plan<Config>(shape_params(c.problem));
+        EXPECT_EQ(plan.splits, s.splits) << s.what << ": " << c.describe();
+        EXPECT_EQ(plan.block_splits, std::min(s.splits, groups)) << s.what << ": " << c.describe();
+        const CaseResult r = run_case(kernel, c);
+        EXPECT_TRUE(r.passed) << s.what << ": " << r.message;
+    }
+}
+
+TEST(SplitKv, EveryPlanShapeMatchesTheReference) {
+    if (!test_device().found) GTEST_SKIP() << "no GPU: " << test_device().error;
+    if (platform_of(*test_device().arch) != platform_of(kArch)) GTEST_SKIP() << "device of another platform";
+    check_plan_shapes<Fp16Causal>();
+    check_plan_shapes<Bf16Wide>();
+}
+
+}  // namespace
+}  // namespace fmha
