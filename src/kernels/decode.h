@@ -145,7 +145,7 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
     // When the (batch, KV head, pass) items leave resident groups idle, split the key range so
     // that one wave of groups has work; a partial second wave would idle most of the device.
     int splits = 1;
-    if (base_items < resident_groups) {
+    if (!T::kShortKeys && base_items < resident_groups) {
         const int64_t by_length = (p.seqlen_kv + T::kMinKeysPerSplit - 1) / T::kMinKeysPerSplit;
         splits = int(std::max<int64_t>(1, std::min<int64_t>({resident_groups / base_items, by_length, T::kMaxSplits})));
         // Blocks hold whole items' splits (fewer than a block's groups) or whole blocks of them.
@@ -232,8 +232,11 @@ __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t 
     item.pass = by_pass.remainder;
     item.head_kv = by_head.remainder;
     item.batch = by_head.quotient;
-    item.len_q = p.seqlens_q ? p.seqlens_q[item.batch] : p.seqlen_q;
-    item.len_kv = p.seqlens_kv ? p.seqlens_kv[item.batch] : p.seqlen_kv;
+    // A sequence's lengths never exceed the maxima, so min() changes no value; without it the
+    // AMD compiler can turn `lengths ? lengths[b] : maximum` into one load through a pointer
+    // to the kernel argument, which it then copies to scratch memory.
+    item.len_q = p.seqlens_q ? min(p.seqlens_q[item.batch], p.seqlen_q) : p.seqlen_q;
+    item.len_kv = p.seqlens_kv ? min(p.seqlens_kv[item.batch], p.seqlen_kv) : p.seqlen_kv;
     item.seqlen_q = p.seqlen_q;
     item.rows_per_kv = p.heads_q / p.heads_kv * p.seqlen_q;
     return item;
@@ -323,7 +326,7 @@ __device__ inline float partial_lse(float row_max, float row_sum) {
 
 // Where a group puts its finished rows: O itself; in a split launch its partials, to the
 // block's shared buffer (merged by merge_block) or, where the variant merges none in blocks,
-// to the workspace.
+// to the workspace. The short-keys variant never splits: its code holds no split paths.
 template <class T, class Config>
 struct RowSink {
     const FwdParams& p;
@@ -334,14 +337,14 @@ struct RowSink {
 
     // Eight results of row r of the pass, from head-dim `column` on, each times inv.
     __device__ void store8(int r, const QueryRow& row, int column, const float (&x)[8], float inv) const {
-        if (plan.splits == 1) return store8_output<Config>(p, item.batch, row.head, row.position, column, x, inv);
+        if (T::kShortKeys || plan.splits == 1) return store8_output<Config>(p, item.batch, row.head, row.position, column, x, inv);
         float* dst = plan.block_splits > 1 ? block.partial(group, r)
                                            : SplitWorkspace(p, plan).partials + workspace_slot(p, plan, item, row) * T::kHeadDim;
         store8_fp32(dst + column, x, inv);
     }
     // The row's log2-sum-exp, after its partials; nothing without splits.
     __device__ void store_lse(int r, const QueryRow& row, float row_max, float row_sum) const {
-        if (plan.splits == 1) return;
+        if (T::kShortKeys || plan.splits == 1) return;
         float& dst = plan.block_splits > 1 ? block.lse(group, r) : SplitWorkspace(p, plan).lses[workspace_slot(p, plan, item, row)];
         dst = partial_lse(row_max, row_sum);
     }
@@ -477,7 +480,6 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
 
         const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
         const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
-        const int steps = uniform_trip_count<T>(split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits));
         auto process_step = [&](int step) {
             const int first_key = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
             // Issue every load of the step before any use.
@@ -535,10 +537,13 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
             }
         };
         // The short-keys variant has every key in one step: no loop, so the query rows
-        // need no registers past their scores.
+        // need no registers past their scores. Keys past kv_hi load nothing and score -inf,
+        // so an empty key range (an inactive item, a row with no key) needs no branch, and the
+        // loads wait for no wave-wide trip count (H200, -b 30720 -h 32 -gqa 8 -d 128 -s 2 -s-q 1).
         if constexpr (T::kShortKeys) {
-            if (steps > 0) process_step(0);
+            process_step(0);
         } else {
+            const int steps = uniform_trip_count<T>(split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits));
             for (int step = 0; step < steps; ++step) process_step(step);
         }
 
