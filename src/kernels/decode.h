@@ -1,6 +1,6 @@
 // The decode family: bandwidth-bound attention for problems with few query rows per KV head
-// (decode steps, tiny sequences with huge batches). There is no shared memory and no
-// barrier: K and V stream from memory straight into registers, once per KV head.
+// (decode steps, tiny sequences with huge batches). K and V stream from memory straight into
+// registers, once per KV head; shared memory and barriers serve only to merge key splits.
 //
 // Work split. A work item is (batch, KV head, key split, row pass): the rows of a pass are
 // up to kRows query rows that read this KV head (the query heads of its GQA group times the
