@@ -119,11 +119,15 @@ struct BlockPartials {
     __device__ float& lse(int group, int row) const { return lses[group * T::kRows + row]; }
 };
 
-// Whether a variant's blocks merge their splits in shared memory: not the short-keys one,
-// which never splits, nor one whose buffer would be too large (its splits all go to the
-// workspace).
+// Whether a variant's launches may split the key range: not the short-keys one, whose keys
+// are one step (its code holds no split paths).
 template <class T>
-inline constexpr bool kMergesInBlock = !T::kShortKeys && BlockPartials<T>::kBytes <= T::kMaxBlockPartialBytes;
+inline constexpr bool kSplits = !T::kShortKeys;
+
+// Whether a variant's blocks merge their splits in shared memory: not where the buffer would
+// be too large (its splits all go to the workspace).
+template <class T>
+inline constexpr bool kMergesInBlock = kSplits<T> && BlockPartials<T>::kBytes <= T::kMaxBlockPartialBytes;
 
 // The dynamic shared memory of a launch that merges splits in its blocks.
 template <class T>
@@ -145,7 +149,7 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
     // When the (batch, KV head, pass) items leave resident groups idle, split the key range so
     // that one wave of groups has work; a partial second wave would idle most of the device.
     int splits = 1;
-    if (!T::kShortKeys && base_items < resident_groups) {
+    if (kSplits<T> && base_items < resident_groups) {
         const int64_t by_length = (p.seqlen_kv + T::kMinKeysPerSplit - 1) / T::kMinKeysPerSplit;
         splits = int(std::max<int64_t>(1, std::min<int64_t>({resident_groups / base_items, by_length, T::kMaxSplits})));
         // Blocks hold whole items' splits (fewer than a block's groups) or whole blocks of them.
@@ -222,6 +226,14 @@ struct WorkItem {
     bool active;        // false past the last item (uniform over a group)
 };
 
+// A sequence's length: lengths[batch] (variable lengths), else the maximum. The lengths never
+// exceed the maximum, so min() changes no value; without it the AMD compiler can turn
+// `lengths ? lengths[batch] : maximum` into one load through a pointer to the kernel argument,
+// which it then copies to scratch memory.
+__device__ inline int sequence_length(const int* lengths, int64_t batch, int maximum) {
+    return lengths ? min(lengths[batch], maximum) : maximum;
+}
+
 __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t index) {
     WorkItem item;
     item.active = index < plan.items;
@@ -232,11 +244,8 @@ __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t 
     item.pass = by_pass.remainder;
     item.head_kv = by_head.remainder;
     item.batch = by_head.quotient;
-    // A sequence's lengths never exceed the maxima, so min() changes no value; without it the
-    // AMD compiler can turn `lengths ? lengths[b] : maximum` into one load through a pointer
-    // to the kernel argument, which it then copies to scratch memory.
-    item.len_q = p.seqlens_q ? min(p.seqlens_q[item.batch], p.seqlen_q) : p.seqlen_q;
-    item.len_kv = p.seqlens_kv ? min(p.seqlens_kv[item.batch], p.seqlen_kv) : p.seqlen_kv;
+    item.len_q = sequence_length(p.seqlens_q, item.batch, p.seqlen_q);
+    item.len_kv = sequence_length(p.seqlens_kv, item.batch, p.seqlen_kv);
     item.seqlen_q = p.seqlen_q;
     item.rows_per_kv = p.heads_q / p.heads_kv * p.seqlen_q;
     return item;
@@ -326,7 +335,7 @@ __device__ inline float partial_lse(float row_max, float row_sum) {
 
 // Where a group puts its finished rows: O itself; in a split launch its partials, to the
 // block's shared buffer (merged by merge_block) or, where the variant merges none in blocks,
-// to the workspace. The short-keys variant never splits: its code holds no split paths.
+// to the workspace.
 template <class T, class Config>
 struct RowSink {
     const FwdParams& p;
@@ -337,14 +346,14 @@ struct RowSink {
 
     // Eight results of row r of the pass, from head-dim `column` on, each times inv.
     __device__ void store8(int r, const QueryRow& row, int column, const float (&x)[8], float inv) const {
-        if (T::kShortKeys || plan.splits == 1) return store8_output<Config>(p, item.batch, row.head, row.position, column, x, inv);
+        if (!kSplits<T> || plan.splits == 1) return store8_output<Config>(p, item.batch, row.head, row.position, column, x, inv);
         float* dst = plan.block_splits > 1 ? block.partial(group, r)
                                            : SplitWorkspace(p, plan).partials + workspace_slot(p, plan, item, row) * T::kHeadDim;
         store8_fp32(dst + column, x, inv);
     }
     // The row's log2-sum-exp, after its partials; nothing without splits.
     __device__ void store_lse(int r, const QueryRow& row, float row_max, float row_sum) const {
-        if (T::kShortKeys || plan.splits == 1) return;
+        if (!kSplits<T> || plan.splits == 1) return;
         float& dst = plan.block_splits > 1 ? block.lse(group, r) : SplitWorkspace(p, plan).lses[workspace_slot(p, plan, item, row)];
         dst = partial_lse(row_max, row_sum);
     }
@@ -793,7 +802,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const P
         const DivMod by_head = divmod(by_position.quotient, p.heads_q);
         const int64_t row = by_column.quotient, batch = by_head.quotient;
         const int column = by_column.remainder * 8, position = by_position.remainder, head = by_head.remainder;
-        if (position >= (p.seqlens_q ? p.seqlens_q[batch] : p.seqlen_q)) continue;  // never written
+        if (position >= sequence_length(p.seqlens_q, batch, p.seqlen_q)) continue;  // never written
         float out[8];
         const Merged m = merge_partials(workspace.lses + row * n, 1, workspace.partials + row * n * Config::head_dim + column,
                                         Config::head_dim, n, out);
