@@ -60,7 +60,8 @@ CASES = [
     Case("bf16", 30720, 32, 32, 1, 2, 256, "bf16"),
     Case("long4k", 64, 32, 8, 1, 4096, 128),
     Case("long32k", 64, 32, 8, 1, 32768, 128),
-    Case("long32k_b1", 1, 32, 8, 1, 32768, 128),    # one sequence: 8 KV heads must fill the GPU
+    Case("long4k_b1", 1, 32, 8, 1, 4096, 128),      # one sequence: 8 KV heads must fill the GPU
+    Case("long32k_b1", 1, 32, 8, 1, 32768, 128),
 ]
 
 

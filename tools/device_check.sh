@@ -40,7 +40,7 @@ sanitize memcheck --error-exitcode 9 bin/fmha.exe -b 300 -h 16 -s 2 -s-q 1 -d 25
 SPLIT="-b 2 -h 8 -gqa 2 -s 5000 -s-q 1 -d 128 -runs 2 -warm-up-runs 0"
 sanitize memcheck --error-exitcode 9 bin/fmha.exe $SPLIT
 sanitize racecheck --error-exitcode 9 bin/fmha.exe $SPLIT
-sanitize racecheck --error-exitcode 9 bin/fmha.exe -b 2 -h 8 -gqa 2 -s 1000 -s-q 1 -d 256 -runs 1 -warm-up-runs 0
+sanitize racecheck --error-exitcode 9 bin/fmha.exe -b 2 -h 8 -gqa 2 -s 250 -s-q 1 -d 256 -runs 1 -warm-up-runs 0
 sanitize racecheck --error-exitcode 9 bin/fmha_gpu_tests --gtest_filter=GroupWidth.*
 step regen96 sh -c "python3 setup.py --head-dims 96 && make JOBS=16 && bin/fmha.exe -d 96 -b 4 -h 8 -s 257 -causal-mask && bin/fmha.exe -d 96 -b 30720 -h 16 -s 2 -s-q 1 -gqa 4"
 python3 setup.py > /dev/null  # back to the default catalogue

@@ -60,9 +60,12 @@ template <class Config>
 void check_plan_shapes() {
     const KernelKey key{Config::dtype, Config::head_dim, Config::heads, Config::mask, Family::decode, kArch};
     const KernelEntry kernel{key, &decode::launch<Config>, &decode::workspace_size<Config>};
+    // Key counts that allow 5 splits (rounded to 4) and 20.
+    constexpr int kMinKeys = decode::BlockShape::kMinKeysPerSplit;
+    constexpr int kFiveSplits = 4 * kMinKeys + kMinKeys / 4, kTwentySplits = 19 * kMinKeys + kMinKeys / 2;
     // The variant's groups per block and the device's resident groups.
     const auto [groups, resident] = decode::with_variant<Config, wave_size(kArch)>(
-        shape_params(problem<Config>(1, 1100)), [](auto traits) {
+        shape_params(problem<Config>(1, kFiveSplits)), [](auto traits) {
             using T = decltype(traits);
             return std::pair{T::kGroups, decode::resident_blocks<T, Config>() * T::kGroups};
         });
@@ -71,11 +74,10 @@ void check_plan_shapes() {
         int batch, seqlen_kv, splits;
     };
     const Shape shapes[] = {
-        // 1100 keys allow up to 4 splits of at least 256 keys.
-        {"the splits of an item fill a block", 16, 1100, 4},
+        {"the splits of an item fill a block", 16, kFiveSplits, 4},
         // 2 KV heads per sequence: 2 to 4 resident groups per item.
-        {"two splits per item", int(resident / 4), 1100, 2},
-        {"blocks of splits combined in the workspace", 3, 5000, 20},
+        {"two splits per item", int(resident / 4), kFiveSplits, 2},
+        {"blocks of splits combined in the workspace", 3, kTwentySplits, 20},
     };
     for (const Shape& s : shapes) {
         const GpuCase c{problem<Config>(s.batch, s.seqlen_kv), {}, uint64_t(s.batch)};
