@@ -54,7 +54,8 @@ struct BlockShape {
     // Splits of at least kMinKeysPerSplit keys, at most kMaxSplits of them (a multiple of every
     // variant's groups per block). H200, one sequence of 8 KV heads at 4k / 8k / 16k / 32k keys:
     // 30.9 / 32.7 / 36.4 / 47.4 us with splits of at least 256 keys, 18.0 / 23.1 / 31.6 / 47.4
-    // with 64; more than 128 splits measured slower at 16k and 32k (36.8, 51.2 us).
+    // with 64 (before combine_kernel's lane teams). With the teams, 256 or 512 splits measured
+    // within 2.5% of 128 (32k keys: 43.4 and 44.1 against 44.5 us), so the cap stays.
     static constexpr int kMinKeysPerSplit = 64;
     static constexpr int kMaxSplits = 128;
     static constexpr int kMaxBlockPartialBytes = 48 * 1024;  // shared memory any launch may ask for
@@ -790,27 +791,47 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
     }
 }
 
-// Combines each row's partials in the workspace (one per block's share of the splits).
-// One thread per 8 columns of output; no shuffles, so no uniformity requirement, and one
+// Combines each row's partials in the workspace (one per block's share of the splits). A team
+// of kCombineLanes lanes takes 8 columns of a row: lane l merges partials l, l + kCombineLanes,
+// ..., then the team merges its lanes' results by shuffles, so that few rows with many
+// partials still spread over many lanes (H200, one sequence of 8 KV heads, 32 partials per row:
+// 47.8 -> 44.5 us at 32k keys, 23.2 -> 19.8 at 8k, against one lane per 8 columns). One
 // instantiation serves every variant of a config.
+inline constexpr int kCombineLanes = 8;
+template <class Config>
+inline constexpr int kCombineWave = wave_size(Config::arch);
+
 template <class Config>
 __global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const Plan plan) {
+    using Team = Group<kCombineLanes>;
     constexpr int kVecsPerRow = Config::head_dim / 8;
     const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+    const int64_t units = rows_total * kVecsPerRow * kCombineLanes;
+    // Whole waves take each trip: the shuffles need every lane of the wave.
+    const int64_t trips_end = (units + kCombineWave<Config> - 1) / kCombineWave<Config> * kCombineWave<Config>;
     const SplitWorkspace workspace(p, plan);
     const int n = plan.workspace_splits();
-    for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < rows_total * kVecsPerRow;
+    for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < trips_end;
          index += int64_t(gridDim.x) * blockDim.x) {
-        const DivMod by_column = divmod(index, kVecsPerRow);
+        const int lane = int(index % kCombineLanes);
+        const DivMod by_column = divmod(min(index, units - 1) / kCombineLanes, kVecsPerRow);
         const DivMod by_position = divmod(by_column.quotient, p.seqlen_q);
         const DivMod by_head = divmod(by_position.quotient, p.heads_q);
         const int64_t row = by_column.quotient, batch = by_head.quotient;
         const int column = by_column.remainder * 8, position = by_position.remainder, head = by_head.remainder;
-        if (position >= sequence_length(p.seqlens_q, batch, p.seqlen_q)) continue;  // never written
+        // Rows past their sequence's length were never written (uniform over a team).
+        const bool valid = index < units && position < sequence_length(p.seqlens_q, batch, p.seqlen_q);
+        const int mine = valid && lane < n ? (n - lane + kCombineLanes - 1) / kCombineLanes : 0;
         float out[8];
-        const Merged m = merge_partials(workspace.lses + row * n, 1, workspace.partials + row * n * Config::head_dim + column,
-                                        Config::head_dim, n, out);
-        store8_output<Config>(p, batch, head, position, column, out, m.total > 0.f ? 1.f / m.total : 0.f);
+        const Merged m = merge_partials(workspace.lses + row * n + lane, kCombineLanes,
+                                        workspace.partials + (row * n + lane) * Config::head_dim + column,
+                                        int64_t(kCombineLanes) * Config::head_dim, mine, out);
+        const float max_lse = Team::max(m.max_lse);
+        const float scale = m.max_lse == -INFINITY ? 0.f : exp2f(m.max_lse - max_lse);
+        const float total = Team::sum(m.total * scale);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[e] = Team::sum(out[e] * scale);
+        if (valid && lane == 0) store8_output<Config>(p, batch, head, position, column, out, total > 0.f ? 1.f / total : 0.f);
     }
 }
 
@@ -864,8 +885,8 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     attend_kernel_of<T, Config>()<<<grid_blocks(plan.items, T::kGroups, T::kThreads), T::kThreads, shared, stream>>>(p, plan);
     if (workspace == 0) return hipGetLastError();
     if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
-    const int64_t vectors = int64_t(p.batch) * p.heads_q * p.seqlen_q * (Config::head_dim / 8);
-    combine_kernel<Config><<<grid_blocks(vectors, 256, 256), 256, 0, stream>>>(p, plan);
+    const int64_t lanes = int64_t(p.batch) * p.heads_q * p.seqlen_q * (Config::head_dim / 8) * kCombineLanes;
+    combine_kernel<Config><<<grid_blocks(lanes, 256, 256), 256, 0, stream>>>(p, plan);
     return hipGetLastError();
 }
 
