@@ -52,10 +52,11 @@ inline constexpr int kShortKeyRange = 2;
 struct BlockShape {
     static constexpr int kThreads = 128;          // small blocks: finer occupancy steps at high register counts
     // Splits of at least kMinKeysPerSplit keys, at most kMaxSplits of them (a multiple of every
-    // variant's groups per block). H200, one sequence of 8 KV heads at 4k / 8k / 16k / 32k keys:
-    // 30.9 / 32.7 / 36.4 / 47.4 us with splits of at least 256 keys, 18.0 / 23.1 / 31.6 / 47.4
-    // with 64 (before combine_kernel's lane teams). With the teams, 256 or 512 splits measured
-    // within 2.5% of 128 (32k keys: 43.4 and 44.1 against 44.5 us), so the cap stays.
+    // variant's groups per block). H200, 2026-11-22, one sequence of 8 KV heads at 4k / 8k /
+    // 16k / 32k keys: 30.5 / 32.2 / 36.2 / 47.7 us with splits of at least 256 keys, 18.0 /
+    // 23.2 / 31.5 / 47.9 with 64 (before combine_kernel's lane teams). With the teams, 256 or
+    // 512 splits measured within 2.5% of 128 (32k keys: 43.4 and 44.1 against 44.5 us), so the
+    // cap stays.
     static constexpr int kMinKeysPerSplit = 64;
     static constexpr int kMaxSplits = 128;
     static constexpr int kMaxBlockPartialBytes = 48 * 1024;  // shared memory any launch may ask for
@@ -798,17 +799,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
 // 47.8 -> 44.5 us at 32k keys, 23.2 -> 19.8 at 8k, against one lane per 8 columns). One
 // instantiation serves every variant of a config.
 inline constexpr int kCombineLanes = 8;
-template <class Config>
-inline constexpr int kCombineWave = wave_size(Config::arch);
+inline constexpr int kCombineThreads = 256;  // per block
 
 template <class Config>
-__global__ void __launch_bounds__(256) combine_kernel(const FwdParams p, const Plan plan) {
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const FwdParams p, const Plan plan) {
     using Team = Group<kCombineLanes>;
     constexpr int kVecsPerRow = Config::head_dim / 8;
     const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
     const int64_t units = rows_total * kVecsPerRow * kCombineLanes;
-    // Whole waves take each trip: the shuffles need every lane of the wave.
-    const int64_t trips_end = (units + kCombineWave<Config> - 1) / kCombineWave<Config> * kCombineWave<Config>;
+    // Whole blocks take each trip: the shuffles need every lane of the wave.
+    const int64_t trips_end = (units + kCombineThreads - 1) / kCombineThreads * kCombineThreads;
     const SplitWorkspace workspace(p, plan);
     const int n = plan.workspace_splits();
     for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < trips_end;
@@ -886,7 +886,7 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     if (workspace == 0) return hipGetLastError();
     if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
     const int64_t lanes = int64_t(p.batch) * p.heads_q * p.seqlen_q * (Config::head_dim / 8) * kCombineLanes;
-    combine_kernel<Config><<<grid_blocks(lanes, 256, 256), 256, 0, stream>>>(p, plan);
+    combine_kernel<Config><<<grid_blocks(lanes, kCombineThreads, kCombineThreads), kCombineThreads, 0, stream>>>(p, plan);
     return hipGetLastError();
 }
 
