@@ -9,16 +9,21 @@ Measures the card's device-to-device copy bandwidth first, then for every case t
     their KV groups,
 all on [batch, heads, seq, head_dim] tensors (fmha.exe's default bhsd layout), and writes a
 Markdown table: time, GB/s, fraction of the copy bandwidth, speed-up over the best peer.
+Every case is timed in rounds that alternate fmha.exe and the peers; the table gives each one's
+median round, the logs every round.
 
 Bytes are what must move: Q and O once per query head, K and V once per KV head.
 
     python3 benchmarks/bench.py [--fmha bin/fmha.exe] [--out results.md] [--cases NAME ...]
+                                [--runs N] [--rounds N]
 """
 import argparse
+import contextlib
 import datetime
 import re
 import shlex
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -118,7 +123,10 @@ def einsum_attention(q, k, v, scale):
     return torch.einsum("bhgqk,bhkd->bhgqd", scores.softmax(-1), v)
 
 
-def run_peers(case, runs):
+def prepare_peers(case):
+    """For every peer on this case's tensors, label -> (context to call it in, function); a label ->
+    reason map of the peers that refuse the shape; log notes. The einsum is compiled and checked
+    here, once."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -133,18 +141,17 @@ def run_peers(case, runs):
     q, k, v = rand(b, hq, sq, d), rand(b, hkv, skv, d), rand(b, hkv, skv, d)
     scale = d ** -0.5
     gqa = hq != hkv
-    results = {}
+    functions, errors, notes = {}, {}, []
     for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                            ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)):
+        sdpa = lambda: F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
         try:
             with sdpa_kernel(backend):
-                fn = lambda: F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
-                fn()
-                torch.cuda.synchronize()
-                results[label] = device_ms(fn, runs)
+                sdpa()
+            torch.cuda.synchronize()
+            functions[label] = (lambda backend=backend: sdpa_kernel(backend), sdpa)
         except Exception as e:  # a backend that refuses the shape is reported, not fatal
-            results[label] = f"error: {str(e).splitlines()[0][:60]}"
-        torch.cuda.empty_cache()
+            errors[label] = f"error: {str(e).splitlines()[0][:60]}"
     try:
         torch._dynamo.reset()  # a fresh compile for every shape, as a user's process would do
         compiled = torch.compile(einsum_attention, mode="max-autotune-no-cudagraphs", dynamic=False)
@@ -153,23 +160,22 @@ def run_peers(case, runs):
         start = time.time()
         fn()
         torch.cuda.synchronize()
-        compile_s = time.time() - start
+        notes.append(f"{case.name}: torch.compile took {time.time() - start:.0f} s")
         # The compiled kernel must compute attention: compare with the math backend in fp32.
         reference = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale, enable_gqa=gqa)
         error = (fn().reshape(b, hq, sq, d).float() - reference).abs().max().item()
+        del reference
         if error > 2e-2:
             raise RuntimeError(f"compiled einsum differs from the reference by {error}")
-        results["compiled"] = device_ms(fn, runs)
-        results["compile_s"] = compile_s
+        functions["compiled"] = (contextlib.nullcontext, fn)
     except Exception as e:
-        results["compiled"] = f"error: {str(e).splitlines()[0][:60]}"
-    del q, k, v
+        errors["compiled"] = f"error: {str(e).splitlines()[0][:60]}"
     torch.cuda.empty_cache()
-    return results
+    return functions, errors, notes
 
 
-def fmt_ms(x):
-    return f"{x:.3f}" if isinstance(x, float) else "n/a"
+def fmt_ms(x, digits=3):
+    return f"{x:.{digits}f}" if isinstance(x, float) else "n/a"
 
 
 def main():
@@ -178,6 +184,7 @@ def main():
     parser.add_argument("--out", default=None, help="Markdown file for the table (default: stdout only)")
     parser.add_argument("--cases", nargs="*", default=[c.name for c in CASES])
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds per case; medians reported")
     args = parser.parse_args()
 
     import torch
@@ -190,45 +197,62 @@ def main():
     device = torch.cuda.get_device_name()
     copy = copy_bandwidth_gbps()
     print(f"copy bandwidth: {copy:.0f} GB/s", flush=True)
-    rows, logs = [], []
-    peers = ("flash", "efficient", "cudnn", "math", "compiled")
-    for case in (c for c in CASES if c.name in args.cases):
-        fmha = run_fmha(args.fmha, case, args.runs * 2)
-        logs.append(f"$ {fmha['command']}\n{fmha['log']}")
-        peer = run_peers(case, args.runs)
-        gbytes = case.bytes_moved() / 1e9
-        best_label = min((p for p in peers if isinstance(peer[p], float)), key=lambda p: peer[p], default=None)
-        ms = fmha["ms"]
-        gbps = gbytes / ms * 1e3 if ms else None
-        rows.append(
-            f"| {case.name} | {case.batch}x{case.heads_q}/{case.heads_kv}x{case.seqlen_q}/{case.seqlen_kv}x{case.head_dim} {case.dtype} "
-            f"| {gbytes:.3f} | {fmt_ms(ms)} | {gbps:.0f} | {gbps / copy:.2f} | {fmha['checks']} | "
-            + " | ".join(fmt_ms(peer[p]) for p in peers)
-            + f" | {best_label or 'n/a'} | "
-            + (f"{peer[best_label] / ms:.2f}x" if best_label and ms else "n/a") + f" | `{fmha['kernel']}` |")
-        print(rows[-1], flush=True)
-        errors = {p: peer[p] for p in peers if not isinstance(peer[p], float)}
-        if errors:
-            logs.append(f"{case.name}: peers that did not run: {errors}")
-        if "compile_s" in peer:
-            logs.append(f"{case.name}: torch.compile took {peer['compile_s']:.0f} s")
-
     header = [
         f"Device: {device} ({socket.gethostname()}), {datetime.date.today().isoformat()}, "
         f"torch {torch.__version__}, copy bandwidth {copy:.0f} GB/s (4 GiB device-to-device, read + write).",
-        f"Command: `python3 benchmarks/bench.py {' '.join(sys.argv[1:])}`; fmha.exe averages "
-        f"{args.runs * 2} runs, peers {args.runs} runs (CUDA events, back to back, after warm-up).",
+        f"Command: `python3 benchmarks/bench.py {' '.join(sys.argv[1:])}`; a round times fmha.exe over "
+        f"{args.runs * 2} runs, then each peer over {args.runs} runs (CUDA events, back to back, after "
+        f"warm-up); times are the median of {args.rounds} rounds (every round in the logs).",
         "Shape: batch x heads_q/heads_kv x seqlen_q/seqlen_kv x head_dim; times in ms; "
         "'copy' is the fraction of the copy bandwidth; 'speed-up' is over the best peer.",
         "",
         "| case | shape | GB moved | fmha ms | GB/s | copy | checks | flash | efficient | cudnn | math | compiled einsum | best peer | speed-up | kernel |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    table = "\n".join(header + rows) + "\n"
-    print("\n" + table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table + "\n<details><summary>logs</summary>\n\n```\n" + "\n".join(logs) + "\n```\n</details>\n")
+    rows, logs = [], []
+
+    def write_table():  # after every case, so that an interrupted run keeps what it measured
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write("\n".join(header + rows) + "\n\n<details><summary>logs</summary>\n\n```\n" + "\n".join(logs)
+                        + "\n```\n</details>\n")
+
+    peers = ("flash", "efficient", "cudnn", "math", "compiled")
+    for case in (c for c in CASES if c.name in args.cases):
+        functions, errors, notes = prepare_peers(case)
+        # Rounds alternate fmha.exe and the peers, so that a drift of the card's speed over the
+        # run (clocks, temperature) reaches both; each reports its median round.
+        fmha_runs, peer_rounds = [], {label: [] for label in functions}
+        for _ in range(args.rounds):
+            torch.cuda.empty_cache()  # room for fmha.exe's tensors
+            fmha_runs.append(run_fmha(args.fmha, case, args.runs * 2))
+            for label, (context, fn) in functions.items():
+                with context():
+                    peer_rounds[label].append(device_ms(fn, args.runs))
+        logs.append(f"$ {fmha_runs[0]['command']}\n{fmha_runs[0]['log']}")
+        fmha_rounds = [run["ms"] for run in fmha_runs]
+        checks = next((run["checks"] for run in fmha_runs if run["checks"] != "SUCCESS"), "SUCCESS")
+        ms = statistics.median(fmha_rounds) if None not in fmha_rounds else None
+        peer = dict(errors, **{label: statistics.median(times) for label, times in peer_rounds.items()})
+        gbytes = case.bytes_moved() / 1e9
+        best_label = min(functions, key=lambda p: peer[p], default=None)
+        gbps = gbytes / ms * 1e3 if ms else None
+        rows.append(
+            f"| {case.name} | {case.batch}x{case.heads_q}/{case.heads_kv}x{case.seqlen_q}/{case.seqlen_kv}x{case.head_dim} {case.dtype} "
+            f"| {gbytes:.3f} | {fmt_ms(ms)} | {f'{gbps:.0f} | {gbps / copy:.2f}' if ms else 'n/a | n/a'} | {checks} | "
+            + " | ".join(fmt_ms(peer[p]) for p in peers)
+            + f" | {best_label or 'n/a'} | "
+            + (f"{peer[best_label] / ms:.2f}x" if best_label and ms else "n/a") + f" | `{fmha_runs[0]['kernel']}` |")
+        print(rows[-1], flush=True)
+        rounds = {"fmha": fmha_rounds, **peer_rounds}
+        logs.append(f"{case.name}: ms per round: " + "; ".join(
+            f"{label} " + " ".join(fmt_ms(x, 4) for x in times) for label, times in rounds.items()))
+        if errors:
+            logs.append(f"{case.name}: peers that did not run: {errors}")
+        logs.extend(notes)
+        write_table()
+
+    print("\n" + "\n".join(header + rows))
 
 
 if __name__ == "__main__":
