@@ -185,6 +185,23 @@ def test_fmha_exe_checks_succeed(name):
 
 
 @needs_gpu
+@pytest.mark.parametrize("args, expected", [
+    (GPU_RUNS["spec_config_3"], r"short-keys variant \(1 query row\(s\) a pass\), 983040 work items .*; keys not split$"),
+    (GPU_RUNS["headline_gqa"], r"short-keys variant \(4 query row\(s\) a pass\), 245760 work items .*; keys not split$"),
+    (["-b", "64", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "4096"],
+     r"variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys split \d+ ways .*, \d+ merged in shared memory$"),
+    (["-b", "1", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "32768"],
+     r"keys split \d+ ways .* \d+ partials per row combined through the workspace$"),
+    (GPU_RUNS["odd_prefill_causal"], r"^Launch\.+: 90 blocks of \d+ threads, each 16 query rows of one \(batch, head\)"),
+])
+def test_verbose_says_how_the_work_is_divided(args, expected):
+    result = fmha(*args, "-v", "1", "-runs", "1", "-warm-up-runs", "0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    launch = re.search(r"^Launch\.+: .*$", result.stdout, re.M)
+    assert launch and re.search(expected, launch.group(0)), result.stdout
+
+
+@needs_gpu
 def test_not_enough_memory_says_how_much():
     result = fmha("-b", "100000", "-h", "64", "-s", "8192", "-d", "256", "-skip-checks")
     assert result.returncode == 3

@@ -84,7 +84,7 @@ def test_rendered_kernel_is_short_and_names_its_tuple():
     assert "#define" not in source
     assert len(source.splitlines()) < 25
     table = files["kernel_table_amd.cpp"]
-    assert f"&{config.name}, &{config.name}_workspace}}" in table
+    assert f"&{config.name}, &{config.name}_workspace, &{config.name}_describe}}" in table
     assert config.name not in files["kernel_table_nvidia.cpp"]
 
 

@@ -3,6 +3,7 @@
 
 #include <hip/hip_runtime_api.h>
 
+#include <string>
 #include <vector>
 
 #include "fmha/kernel_key.h"
@@ -13,11 +14,14 @@ namespace fmha {
 using LaunchFn = hipError_t (*)(const FwdParams& params, hipStream_t stream);
 // Device bytes the launcher needs in params.workspace for these params on the current device.
 using WorkspaceFn = size_t (*)(const FwdParams& params);
+// How the launcher divides these params' work on the current device, in words (fmha.exe -v).
+using DescribeFn = std::string (*)(const FwdParams& params);
 
 struct KernelEntry {
     KernelKey key;
     LaunchFn launch;
     WorkspaceFn workspace;
+    DescribeFn describe = nullptr;  // optional: tests build entries without one
 };
 
 // Every kernel this build holds (one platform's archs).

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "kernels/config.h"
 #include "kernels/group.h"
@@ -218,6 +219,16 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
     const auto blocks = static_cast<unsigned>(items < kMaxBlocks ? items : kMaxBlocks);
     fwd_kernel<Config, GroupWidth><<<blocks, T::kThreads, 0, stream>>>(p);
     return hipGetLastError();
+}
+
+// How launch() divides the work, in words (fmha.exe -v).
+template <class Config, int GroupWidth = wave_size(Config::arch)>
+std::string describe(const FwdParams& p) {
+    using T = Traits<Config, GroupWidth>;
+    const int64_t q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
+    return std::to_string(int64_t(p.batch) * p.heads_q * q_tiles) + " blocks of " + std::to_string(T::kThreads) +
+           " threads, each " + std::to_string(T::kBlockRows) + " query rows of one (batch, head); keys in tiles of " +
+           std::to_string(T::kBlockKeys) + " through shared memory";
 }
 
 // The prefill family needs no workspace.

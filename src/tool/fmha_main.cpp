@@ -237,6 +237,7 @@ int run(const Options& o) {
         printf("Problem.......: %s%s\n", p.describe().c_str(),
                lens.kv.empty() ? "" : (" seqlens_kv drawn from [" + std::to_string(o.min_seqlen) + ", s]").c_str());
         printf("Kernel........: %s (%s)\n", name.c_str(), reason.c_str());
+        if (kernel->describe) printf("Launch........: %s\n", kernel->describe(shape_params(p)).c_str());
         if (workspace_bytes > 0)
             printf("Workspace.....: %.1f MiB: the key range is split across blocks and the splits combined\n",
                    workspace_bytes / 1048576.0);
