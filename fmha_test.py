@@ -192,7 +192,7 @@ def test_fmha_exe_checks_succeed(name):
      r"variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys split \d+ ways .*, \d+ merged in shared memory$"),
     (["-b", "1", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "32768"],
      r"keys split \d+ ways .* \d+ partials per row combined through the workspace$"),
-    (GPU_RUNS["odd_prefill_causal"], r"^Launch\.+: 90 blocks of \d+ threads, each 16 query rows of one \(batch, head\)"),
+    (GPU_RUNS["odd_prefill_causal"], r"^Launch\.+: 90 work items of 16 query rows of one \(batch, head\) on 90 blocks of \d+ threads;"),
 ])
 def test_verbose_says_how_the_work_is_divided(args, expected):
     result = fmha(*args, "-v", "1", "-runs", "1", "-warm-up-runs", "0")

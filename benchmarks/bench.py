@@ -142,9 +142,9 @@ def prepare_peers(case):
     scale = d ** -0.5
     gqa = hq != hkv
     functions, errors, notes = {}, {}, []
+    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
     for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                            ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)):
-        sdpa = lambda: F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
         try:
             with sdpa_kernel(backend):
                 sdpa()

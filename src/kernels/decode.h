@@ -875,17 +875,11 @@ int64_t resident_blocks() {
     return int64_t(per_multiprocessor.load(std::memory_order_relaxed)) * multiprocessor_count();
 }
 
-// The plan of this variant's launches for p on the current device.
-template <class T, class Config>
-Plan launch_plan(const FwdParams& p) {
-    return make_plan<T>(p, resident_blocks<T, Config>() * T::kGroups);
-}
-
 template <class T, class Config>
 hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     const int64_t resident = resident_blocks<T, Config>();
     if (resident == 0) return hipErrorNoDevice;
-    const Plan plan = make_plan<T>(p, resident * T::kGroups);  // launch_plan(), the device asked once
+    const Plan plan = make_plan<T>(p, resident * T::kGroups);  // as plan() below
     const size_t workspace = workspace_bytes(p, plan);
     if (workspace > 0 && (p.workspace == nullptr || p.workspace_bytes < workspace)) return hipErrorInvalidValue;
     const size_t shared = plan.block_splits > 1 ? kMergeSharedBytes<T> : 0;
@@ -937,7 +931,10 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
 // The plan launch() follows for this problem on the current device.
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 Plan plan(const FwdParams& p) {
-    return with_variant<Config, GroupWidth>(p, [&](auto traits) { return launch_plan<decltype(traits), Config>(p); });
+    return with_variant<Config, GroupWidth>(p, [&](auto traits) {
+        using T = decltype(traits);
+        return make_plan<T>(p, resident_blocks<T, Config>() * T::kGroups);
+    });
 }
 
 // How launch() divides this problem's work on the current device, in words (fmha.exe -v).
@@ -945,15 +942,15 @@ template <class Config, int GroupWidth = wave_size(Config::arch)>
 std::string describe(const FwdParams& p) {
     return with_variant<Config, GroupWidth>(p, [&](auto traits) {
         using T = decltype(traits);
-        const Plan plan = launch_plan<T, Config>(p);
+        const Plan split = plan<Config, GroupWidth>(p);  // the same variant's plan
         const std::string variant = T::kWarpMma ? "tensor-core" : T::kShortKeys ? "short-keys" : "CUDA-core long-keys";
         std::string text = variant + " variant (" + std::to_string(T::kRows) + " query row(s) a pass), " +
-                           std::to_string(plan.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes; ";
-        if (plan.splits == 1) return text + "keys not split";
-        text += "keys split " + std::to_string(plan.splits) + " ways per (batch, KV head, pass)";
-        if (plan.block_splits > 1) text += ", " + std::to_string(plan.block_splits) + " merged in shared memory";
-        if (plan.workspace_splits() > 1)
-            text += ", " + std::to_string(plan.workspace_splits()) + " partials per row combined through the workspace";
+                           std::to_string(split.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes; ";
+        if (split.splits == 1) return text + "keys not split";
+        text += "keys split " + std::to_string(split.splits) + " ways per (batch, KV head, pass)";
+        if (split.block_splits > 1) text += ", " + std::to_string(split.block_splits) + " merged in shared memory";
+        if (split.workspace_splits() > 1)
+            text += ", " + std::to_string(split.workspace_splits()) + " partials per row combined through the workspace";
         return text;
     });
 }

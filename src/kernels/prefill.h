@@ -74,6 +74,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
     const int group_row0 = (threadIdx.x / T::kGroupWidth) * R;  // first row of this group in the tile
     const float scale_log2 = p.scale * kLog2e;
     const int q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
+    // work_items(), from p's fields: passing the kernel argument by reference costs scratch on AMD.
     const int64_t items = int64_t(p.batch) * p.heads_q * q_tiles;
 
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
@@ -210,14 +211,20 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
 // grid inside every platform's limits however large batch x heads x tiles grows.
 inline constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
+// A launch's work items: (batch, head, tile of kBlockRows query rows).
+template <class T>
+int64_t work_items(const FwdParams& p) {
+    return int64_t(p.batch) * p.heads_q * ((p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows);
+}
+
+// A launch's blocks: one per work item, at most kMaxBlocks.
+inline unsigned launch_blocks(int64_t items) { return static_cast<unsigned>(items < kMaxBlocks ? items : kMaxBlocks); }
+
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 hipError_t launch(const FwdParams& p, hipStream_t stream) {
     using T = Traits<Config, GroupWidth>;
     if (!params_match<Config>(p)) return hipErrorInvalidValue;
-    const int64_t q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
-    const int64_t items = int64_t(p.batch) * p.heads_q * q_tiles;
-    const auto blocks = static_cast<unsigned>(items < kMaxBlocks ? items : kMaxBlocks);
-    fwd_kernel<Config, GroupWidth><<<blocks, T::kThreads, 0, stream>>>(p);
+    fwd_kernel<Config, GroupWidth><<<launch_blocks(work_items<T>(p)), T::kThreads, 0, stream>>>(p);
     return hipGetLastError();
 }
 
@@ -225,10 +232,11 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 std::string describe(const FwdParams& p) {
     using T = Traits<Config, GroupWidth>;
-    const int64_t q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
-    return std::to_string(int64_t(p.batch) * p.heads_q * q_tiles) + " blocks of " + std::to_string(T::kThreads) +
-           " threads, each " + std::to_string(T::kBlockRows) + " query rows of one (batch, head); keys in tiles of " +
-           std::to_string(T::kBlockKeys) + " through shared memory";
+    const int64_t items = work_items<T>(p);
+    return std::to_string(items) + " work items of " + std::to_string(T::kBlockRows) +
+           " query rows of one (batch, head) on " + std::to_string(launch_blocks(items)) + " blocks of " +
+           std::to_string(T::kThreads) + " threads; keys in tiles of " + std::to_string(T::kBlockKeys) +
+           " through shared memory";
 }
 
 // The prefill family needs no workspace.

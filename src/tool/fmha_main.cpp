@@ -239,8 +239,7 @@ int run(const Options& o) {
         printf("Kernel........: %s (%s)\n", name.c_str(), reason.c_str());
         if (kernel->describe) printf("Launch........: %s\n", kernel->describe(shape_params(p)).c_str());
         if (workspace_bytes > 0)
-            printf("Workspace.....: %.1f MiB: the key range is split across blocks and the splits combined\n",
-                   workspace_bytes / 1048576.0);
+            printf("Workspace.....: %.1f MiB of partial results of the key splits\n", workspace_bytes / 1048576.0);
     }
 
     const DeviceLengths lengths(lens);
