@@ -18,6 +18,9 @@ constexpr Arch kArch = Arch::gfx90a;
 
 using Fp16Causal = KernelConfig<DType::fp16, 128, HeadsKind::gqa, Mask::causal, kArch>;  // tensor cores on NVIDIA
 using Bf16Wide = KernelConfig<DType::bf16, 256, HeadsKind::gqa, Mask::nomask, kArch>;    // CUDA cores
+// Rows of 12 vectors: partials, merges and the combine on a row that is not a whole number of
+// 64-column tiles or of lanes (the catalogue's head dims are, by default).
+using Fp16Odd = KernelConfig<DType::fp16, 96, HeadsKind::gqa, Mask::nomask, kArch>;
 
 // 8 query heads over 2 KV heads, one query position: 4 rows per KV head, one pass.
 template <class Config>
@@ -94,6 +97,7 @@ TEST(SplitKv, EveryPlanShapeMatchesTheReference) {
     if (platform_of(*test_device().arch) != platform_of(kArch)) GTEST_SKIP() << "device of another platform";
     check_plan_shapes<Fp16Causal>();
     check_plan_shapes<Bf16Wide>();
+    check_plan_shapes<Fp16Odd>();
 }
 
 }  // namespace
