@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds compared in one device call: how the README's "old and new builds alternating" numbers
+# are taken. The working tree builds as "tree"; each NAME=DIR in $VERSIONS is the tree with the
+# files under DIR laid over it at the same relative paths (DIR/src/kernels/decode.h replaces
+# src/kernels/decode.h). Each round runs every build once per shape, builds alternating, so
+# that drift of the device shows in all of them. One line per build and shape: the rounds'
+# times in us, "!" and the verdict after a run whose checks did not pass.
+#   mkdir -p old/src/kernels && git show HEAD:src/kernels/decode.h > old/src/kernels/decode.h
+#   VERSIONS="base=old" SHAPES="-b 64 -h 32 -gqa 8 -d 128 -s-q 1 -s 4096" ROUNDS=5 bash tools/ab.sh
+set -uo pipefail
+OUT=${OUT:-device-logs}; mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+SHAPES=${SHAPES:-"-b 64 -h 32 -gqa 8 -d 128 -s-q 1 -s 4096;-b 64 -h 32 -gqa 8 -d 128 -s-q 1 -s 32768"}
+nvidia-smi -L 2>/dev/null; date -u
+make build JOBS="${JOBS:-16}" > "$OUT/build_tree.log" 2>&1 || { tail -30 "$OUT/build_tree.log"; exit 1; }
+
+declare -A BIN=([tree]=bin/fmha.exe)
+NAMES=(tree)
+for version in ${VERSIONS:-}; do
+    name=${version%%=*} overlay=${version#*=} copy=/tmp/fmha_ab_$name
+    rm -rf "$copy" && mkdir -p "$copy"
+    tar --exclude=./build --exclude=./bin --exclude=./.git -cf - . | tar -xf - -C "$copy"
+    cp -r "$overlay"/. "$copy"/
+    log=$OUT/build_$name.log
+    (cd "$copy" && make configure && cmake --build build/* --target fmha.exe -j "${JOBS:-16}") > "$log" 2>&1 ||
+        { tail -30 "$log"; exit 1; }
+    BIN[$name]=$(ls "$copy"/build/*/fmha.exe)
+    NAMES+=("$name")
+done
+
+IFS=';' read -ra shapes <<< "$SHAPES"
+for shape in "${shapes[@]}"; do
+    declare -A line=()
+    for name in "${NAMES[@]}"; do line[$name]=$(printf '%-8s %-48s' "$name" "$shape"); done
+    for _ in $(seq "${ROUNDS:-3}"); do
+        for name in "${NAMES[@]}"; do
+            run=$(${BIN[$name]} $shape -runs "${RUNS:-100}" 2>&1)
+            verdict=$(grep -oE 'Checks\.+: [A-Z]+' <<< "$run" | grep -oE '[A-Z]+$')
+            us=$(grep -E '^Elapsed' <<< "$run" | grep -oE '[0-9.]+ us' | grep -oE '[0-9.]+')
+            [ "$verdict" = SUCCESS ] || us="${us:-none}!${verdict:-no-verdict}"
+            line[$name]+=" $us"
+        done
+    done
+    for name in "${NAMES[@]}"; do echo "${line[$name]}"; done
+done | tee "$OUT/ab.txt"
