@@ -875,11 +875,17 @@ int64_t resident_blocks() {
     return int64_t(per_multiprocessor.load(std::memory_order_relaxed)) * multiprocessor_count();
 }
 
+// The plan of variant T for this problem on the current device.
+template <class T, class Config>
+Plan variant_plan(const FwdParams& p) {
+    return make_plan<T>(p, resident_blocks<T, Config>() * T::kGroups);
+}
+
 template <class T, class Config>
 hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     const int64_t resident = resident_blocks<T, Config>();
     if (resident == 0) return hipErrorNoDevice;
-    const Plan plan = make_plan<T>(p, resident * T::kGroups);  // as plan() below
+    const Plan plan = make_plan<T>(p, resident * T::kGroups);  // variant_plan(), with the device checked
     const size_t workspace = workspace_bytes(p, plan);
     if (workspace > 0 && (p.workspace == nullptr || p.workspace_bytes < workspace)) return hipErrorInvalidValue;
     const size_t shared = plan.block_splits > 1 ? kMergeSharedBytes<T> : 0;
@@ -931,10 +937,7 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
 // The plan launch() follows for this problem on the current device.
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 Plan plan(const FwdParams& p) {
-    return with_variant<Config, GroupWidth>(p, [&](auto traits) {
-        using T = decltype(traits);
-        return make_plan<T>(p, resident_blocks<T, Config>() * T::kGroups);
-    });
+    return with_variant<Config, GroupWidth>(p, [&](auto traits) { return variant_plan<decltype(traits), Config>(p); });
 }
 
 // How launch() divides this problem's work on the current device, in words (fmha.exe -v).
@@ -942,7 +945,7 @@ template <class Config, int GroupWidth = wave_size(Config::arch)>
 std::string describe(const FwdParams& p) {
     return with_variant<Config, GroupWidth>(p, [&](auto traits) {
         using T = decltype(traits);
-        const Plan split = plan<Config, GroupWidth>(p);  // the same variant's plan
+        const Plan split = variant_plan<T, Config>(p);
         const std::string variant = T::kWarpMma ? "tensor-core" : T::kShortKeys ? "short-keys" : "CUDA-core long-keys";
         std::string text = variant + " variant (" + std::to_string(T::kRows) + " query row(s) a pass), " +
                            std::to_string(split.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes; ";
