@@ -620,6 +620,12 @@ struct MmaTraits : BlockShape {
     // One row tile fits 128 registers: 4 blocks (16 warps) per multiprocessor. Asking for it
     // measured 282 -> 270 us and 2.12 -> 1.92 ms on the long-KV cases (H200, 2026-11-22).
     static constexpr int kMinBlocks = RowTiles == 1 ? 4 : 1;
+    // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
+    // of the key loop measured faster (H200, 2026-11-22, -b 64 -h 32 -gqa 8 -d 128 -s-q 1, two
+    // loans: 244.9 -> 243.6 and 239.0 -> 238.6 us at 4k keys, 1901.2 -> 1889.2 and 1859.1 ->
+    // 1848.0 at 32k). Two row tiles (registers to spare at 1 block per multiprocessor)
+    // measured 0.3% slower with it (-gqa 2 at 4k keys: 84.4 -> 84.8 us).
+    static constexpr bool kQueryInShared = RowTiles == 1;
 
     static_assert(kVec == 8 && kHeadDim % 64 == 0, "fragments are built from 16-byte vectors");
     static_assert(wave_size(Config::arch) == kGroupWidth, "MMAs take a whole warp");
@@ -627,6 +633,26 @@ struct MmaTraits : BlockShape {
 
 // Word w (0..3) of a 16-byte vector.
 __device__ inline uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
+
+// A lane's Q^T fragments (B of S^T = K Q^T), [row tile][vector]: in registers or, where
+// T::kQueryInShared, in the lane's own slots of shared memory, read back at every use.
+template <class T>
+struct QueryFragments {
+    using Shared = uint4[T::kRowTiles][T::kKVectors][32];  // [row tile][vector][lane]
+    uint4 registers[T::kQueryInShared ? 1 : T::kRowTiles][T::kKVectors];
+    Shared& shared;
+    int lane;
+
+    __device__ QueryFragments(Shared& warp_slots, int lane_) : shared(warp_slots), lane(lane_) {}
+    __device__ void set(int rt, int i, const uint4& x) {
+        if constexpr (T::kQueryInShared) shared[rt][i][lane] = x;
+        else registers[rt][i] = x;
+    }
+    __device__ uint4 get(int rt, int i) const {
+        if constexpr (T::kQueryInShared) return load_shared_volatile(&shared[rt][i][lane]);
+        else return registers[rt][i];
+    }
+};
 
 template <class T, class Config>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(const FwdParams p, const Plan plan) {
@@ -643,6 +669,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
     const auto* v_base = static_cast<const uint16_t*>(p.v);
     extern __shared__ float4 block_shared[];  // split launches: BlockPartials
     const BlockPartials<T> block(reinterpret_cast<float*>(block_shared));
+    __shared__ typename QueryFragments<T>::Shared query_shared[T::kQueryInShared ? T::kGroups : 1];
 
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
          first += int64_t(gridDim.x) * T::kGroups) {
@@ -655,9 +682,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         int kv_lo, kv_hi;
         visible.key_range(item.len_kv, kv_lo, kv_hi);
 
-        // Q^T fragments (B of S^T = K Q^T): row 8 rt + g, vectors 4i + t. Rows past the pass's
-        // end are zeros; they compute scores nobody stores.
-        uint4 q[RT][KV];
+        // Q^T fragments: row 8 rt + g, vectors 4i + t. Rows past the pass's end are zeros; they
+        // compute scores nobody stores.
+        QueryFragments<T> q(query_shared[T::kQueryInShared ? warp_in_block : 0], lane);
         // The rows of this lane's scores and outputs: 8 rt + 2t + e.
         QueryRow mine[RT][2];
 #pragma unroll
@@ -666,7 +693,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
             const uint16_t* src = row_start(q_base, p.q_strides, item.batch, row.head, row.position);
 #pragma unroll
             for (int i = 0; i < KV; ++i)
-                q[rt][i] = row.valid ? *reinterpret_cast<const uint4*>(src + (4 * i + t) * 8) : make_uint4(0, 0, 0, 0);
+                q.set(rt, i, row.valid ? *reinterpret_cast<const uint4*>(src + (4 * i + t) * 8) : make_uint4(0, 0, 0, 0));
             mine[rt][0] = row_at(8 * rt + 2 * t);
             mine[rt][1] = row_at(8 * rt + 2 * t + 1);
         }
@@ -680,6 +707,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
             for (int m = 0; m < kTiles; ++m) acc[rt][m][0] = acc[rt][m][1] = acc[rt][m][2] = acc[rt][m][3] = 0.f;
         }
 
+        // Orders nothing (a lane reads back only its own slots), but ptxas schedules the key loop
+        // after it differently: without it Q in shared memory measured no faster (README).
+        if constexpr (T::kQueryInShared) __syncwarp();
         const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
         const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
         const int steps = split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits);
@@ -725,11 +755,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                 float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                 for (int i = 0; i < KV; ++i) {
+                    const uint4 qi = q.get(rt, i);
 #pragma unroll
                     for (int half = 0; half < 2; ++half) {
                         const uint32_t a[4] = {word(k[0][i], 2 * half), word(k[1][i], 2 * half),
                                                word(k[0][i], 2 * half + 1), word(k[1][i], 2 * half + 1)};
-                        const uint32_t b[2] = {word(q[rt][i], 2 * half), word(q[rt][i], 2 * half + 1)};
+                        const uint32_t b[2] = {word(qi, 2 * half), word(qi, 2 * half + 1)};
                         mma_16x8x16<kDType>(s, a, b);
                     }
                 }
