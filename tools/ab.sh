@@ -11,6 +11,14 @@ set -uo pipefail
 OUT=${OUT:-device-logs}; mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 SHAPES=${SHAPES:-"-b 64 -h 32 -gqa 8 -d 128 -s-q 1 -s 4096;-b 64 -h 32 -gqa 8 -d 128 -s-q 1 -s 32768"}
 nvidia-smi -L 2>/dev/null; date -u
+# An overlay file must replace a file of the tree: one at another path would change nothing.
+for version in ${VERSIONS:-}; do
+    overlay=${version#*=}
+    [ -d "$overlay" ] || { echo "ab.sh: $overlay: no such directory" >&2; exit 2; }
+    while IFS= read -r file; do
+        [ -f "${file#"$overlay"/}" ] || { echo "ab.sh: $file replaces no file of the tree (${file#"$overlay"/})" >&2; exit 2; }
+    done < <(find "$overlay" -type f)
+done
 make build JOBS="${JOBS:-16}" > "$OUT/build_tree.log" 2>&1 || { tail -30 "$OUT/build_tree.log"; exit 1; }
 
 declare -A BIN=([tree]=bin/fmha.exe)

@@ -709,7 +709,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
 
         // Orders nothing (a lane reads back only its own slots), but ptxas schedules the key loop
         // after it differently: without it Q in shared memory measured no faster (README).
-        if constexpr (T::kQueryInShared) __syncwarp();
+        if constexpr (T::kQueryInShared) sync_warp();
         const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
         const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
         const int steps = split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits);

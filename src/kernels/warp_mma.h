@@ -65,6 +65,14 @@ __device__ inline Vector load_shared_volatile(const Vector* shared) {
 #endif
 }
 
+// A barrier of the warp's lanes. On AMD, whose wavefronts run their lanes in lockstep, there
+// is nothing to wait for.
+__device__ inline void sync_warp() {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    __syncwarp();
+#endif
+}
+
 // The low (high) 16-bit halves of a and b, as one register {a, b}.
 __device__ inline uint32_t low_halves(uint32_t a, uint32_t b) { return __byte_perm(a, b, 0x5410); }
 __device__ inline uint32_t high_halves(uint32_t a, uint32_t b) { return __byte_perm(a, b, 0x7632); }
