@@ -622,8 +622,8 @@ struct MmaTraits : BlockShape {
     static constexpr int kMinBlocks = RowTiles == 1 ? 4 : 1;
     // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
     // of the key loop measured faster (H200, 2026-11-22, -b 64 -h 32 -gqa 8 -d 128 -s-q 1, two
-    // loans: 244.9 -> 243.6 and 239.0 -> 238.6 us at 4k keys, 1901.2 -> 1889.2 and 1859.1 ->
-    // 1848.0 at 32k). Two row tiles (registers to spare at 1 block per multiprocessor)
+    // loans: 244.9 -> 243.6 and 239.0 -> 238.6 us at 4k keys, 1901.4 -> 1889.3 and 1859.2 ->
+    // 1848.3 at 32k). Two row tiles (registers to spare at 1 block per multiprocessor)
     // measured 0.3% slower with it (-gqa 2 at 4k keys: 84.4 -> 84.8 us).
     static constexpr bool kQueryInShared = RowTiles == 1;
 
