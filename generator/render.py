@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jinja2
 
-from .archs import ARCHS, PLATFORMS
+from .archs import ARCHS, MATRIX_CORES, PLATFORMS
 from .catalogue import DTYPES, FAMILIES, HEADS_KINDS, MASKS
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -46,7 +46,8 @@ def render_all(configs, selection):
             platform=platform, configs=[c for c in configs if c.platform == platform])
     files["fmha_catalogue.h"] = env.get_template("fmha_catalogue.h.j2").render(
         dtypes=DTYPES, heads_kinds=HEADS_KINDS, masks=MASKS, families=list(FAMILIES.values()),
-        archs=list(ARCHS.values()), platforms=PLATFORMS, selection=json.dumps(selection))
+        archs=list(ARCHS.values()), platforms=PLATFORMS, matrix_cores=MATRIX_CORES,
+        selection=json.dumps(selection))
     files["kernels.cmake"] = env.get_template("kernels.cmake.j2").render(
         archs=list(ARCHS.values()),
         kernels_by_arch={a: [c.name for c in configs if c.arch == a] for a in ARCHS})

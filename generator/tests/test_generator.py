@@ -5,7 +5,7 @@ import jinja2
 import pytest
 
 from generator import cli
-from generator.archs import ARCHS
+from generator.archs import ARCHS, MATRIX_CORES
 from generator.catalogue import (DEFAULT_AXES, DTYPES, FAMILIES, HEADS_KINDS, MASKS, KernelConfig,
                                  enumerate_configs, validate)
 from generator.render import environment, render_all, write_all
@@ -93,10 +93,9 @@ def test_arch_facts_reach_the_header_in_enum_order():
     rows = [line.strip() for line in header.splitlines() if line.strip().startswith("{ Platform::")]
     assert len(rows) == len(ARCHS)
     for row, arch in zip(rows, ARCHS.values()):
-        # Warp MMA (the decode family's tensor-core variant) is an NVIDIA fact only.
-        assert arch.warp_mma == (arch.platform == "nvidia")
+        assert arch.matrix_core in MATRIX_CORES
         assert row.startswith(f"{{ Platform::{arch.platform}, {arch.wave_size}, {arch.vector_bytes}, "
-                              f"{'true' if arch.warp_mma else 'false'}, ")
+                              f"MatrixCore::{arch.matrix_core}, ")
 
 
 def test_writes_only_changed_files_and_removes_stale_kernels(tmp_path):

@@ -39,6 +39,11 @@ struct FwdParams {
     // window >= len_kv means plain causal.
     int window;
 
+    // Optional output (nullptr: not written): each query row's softmax log-sum-exp in natural
+    // log, log(sum_j exp(scale * q.k_j)) over the keys it sees, fp32, contiguous
+    // [batch, heads_q, seqlen_q]; -inf for a row that sees no key.
+    float* lse;
+
     // Device scratch for kernels that split the key range across blocks: at least as many
     // bytes as the kernel's workspace function asks for (KernelEntry::workspace); unused
     // (and may be null) when it asks for none.

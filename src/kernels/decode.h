@@ -931,7 +931,7 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
 // Warp MMAs for the long-keys variant where the arch has them and whole warps are groups.
 // Head dims of 256 would need more registers than a lane has for one step of K and V.
 template <class Config, int GroupWidth>
-inline constexpr bool kUsesWarpMma = has_warp_mma(Config::arch) && GroupWidth == wave_size(Config::arch) &&
+inline constexpr bool kUsesWarpMma = has_mma_sync(Config::arch) && GroupWidth == wave_size(Config::arch) &&
                                      Config::head_dim % 64 == 0 && Config::head_dim <= 128;
 
 // Calls fn(Traits{}) with the variant the problem needs: rows per pass, short or long keys,
