@@ -23,6 +23,7 @@ class Family:
     head_dim_multiple: int    # 16-byte vector loads of 2-byte elements
     max_head_dim: int         # register/shared-memory budget (src/kernels/<family>.h traits)
     description: str
+    matrix_cores: tuple = ()  # the archs' matrix instruction sets it has a main loop for; () = any arch
 
 
 FAMILIES = {
@@ -33,6 +34,9 @@ FAMILIES = {
         Family("decode", 8, 256,
                "bandwidth-bound, for few query rows per KV head: streams K/V once per KV head "
                "with 16-byte loads, splitting long key ranges across warps and blocks"),
+        Family("mmaprefill", 16, 256,
+               "tiled on the matrix cores (Hopper: wgmma fed by TMA, warp-specialised), for many "
+               "query rows per KV head", matrix_cores=("wgmma",)),
     )
 }
 
@@ -97,6 +101,13 @@ def validate(config):
     return problems
 
 
+def offered(config):
+    """Whether the family has a main loop for the arch's matrix core (tuples it has none for are
+    not built, and are no error)."""
+    family, arch = FAMILIES.get(config.family), ARCHS.get(config.arch)
+    return not (family and arch and family.matrix_cores and arch.matrix_core not in family.matrix_cores)
+
+
 def enumerate_configs(axes, name_glob="*"):
     """Every valid tuple of the cartesian product of axes whose name matches name_glob.
 
@@ -106,6 +117,8 @@ def enumerate_configs(axes, name_glob="*"):
     configs, invalid = [], []
     for values in itertools.product(*(axes[field] for field in order)):
         config = KernelConfig(*values)
+        if not offered(config):
+            continue
         problems = validate(config)
         if problems:
             invalid.append(f"{config.name}: {'; '.join(problems)}")

@@ -22,18 +22,19 @@ struct FamilyChoice {
     std::string why;
 };
 
-// Families in order of preference for the problem, with the reason for the order. Every
-// family computes every shape; the order is about speed.
+// Families in order of preference for the problem, with the reason for the order. The order
+// is about speed: every family computes every shape it has a kernel for (kernel_supports).
 std::vector<FamilyChoice> family_preference(const Problem& p) {
     const int rows = p.heads_q / p.heads_kv * p.seqlen_q;
     const std::string count = std::to_string(rows) + " query row(s) per KV head (" + std::to_string(p.heads_q / p.heads_kv) +
                               " head(s) x seqlen_q " + std::to_string(p.seqlen_q) + ")";
     const std::string limit = std::to_string(kDecodeMaxRowsPerKvHead);
-    if (rows <= kDecodeMaxRowsPerKvHead)
-        return {{Family::decode, count + " <= " + limit + ": memory-bound"},
-                {Family::prefill, count + " <= " + limit + ", but this build has no decode kernel for it"}};
-    return {{Family::prefill, count + " > " + limit},
-            {Family::decode, count + " > " + limit + ", but this build has no prefill kernel for it"}};
+    if (rows <= kDecodeMaxRowsPerKvHead) {
+        const std::string why = count + " <= " + limit + ": memory-bound";
+        return {{Family::decode, why}, {Family::mmaprefill, why}, {Family::prefill, why}};
+    }
+    const std::string why = count + " > " + limit + ": compute-bound";
+    return {{Family::mmaprefill, why}, {Family::prefill, why}, {Family::decode, why}};
 }
 
 }  // namespace
@@ -43,6 +44,8 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
     if (key.dtype != p.dtype) why = std::string("dtype is ") + token(key.dtype);
     else if (key.head_dim != p.head_dim) why = "head_dim is " + std::to_string(key.head_dim);
     else if (key.mask != p.mask()) why = std::string("mask is ") + token(key.mask);
+    else if (key.family == Family::mmaprefill && !(p.softmax_scale() > 0.f))
+        why = "the tensor-core family takes a positive softmax scale only";
     else if (!heads_fit(key.heads, p))
         why = std::string("a ") + token(key.heads) + " kernel cannot run " + token(p.heads_kind()) + " (h=" +
               std::to_string(p.heads_q) + ", h_kv=" + std::to_string(p.heads_kv) + ")";
@@ -51,16 +54,19 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
 }
 
 Selection select_kernel(const Problem& p, Arch arch) {
+    std::string passed_over;  // the preferred families this build cannot use here, and why
     for (const FamilyChoice& choice : family_preference(p)) {
+        std::string why_not = "no kernel for it in this build";
         for (HeadsKind heads : {p.heads_kind(), HeadsKind::gqa}) {
             const KernelEntry* entry = find_kernel({p.dtype, p.head_dim, heads, p.mask(), choice.family, arch});
-            if (!entry) continue;
-            std::string reason = std::string(token(choice.family)) + " family, " + choice.why + "; " +
+            if (!entry || !kernel_supports(entry->key, p, &why_not)) continue;
+            std::string reason = std::string(token(choice.family)) + " family, " + choice.why + passed_over + "; " +
                                  kFamilyDescriptions[static_cast<int>(choice.family)];
             if (heads != p.heads_kind())
                 reason += std::string("; no ") + token(p.heads_kind()) + " kernel, the gqa kernel covers it";
             return {entry, reason};
         }
+        passed_over += std::string("; not ") + token(choice.family) + ": " + why_not;
     }
     return {nullptr, std::string("no kernel in this build for ") + p.describe() + " on " + token(arch)};
 }
