@@ -23,6 +23,34 @@ namespace mmaprefill {
 template <class Config>
 using Traits = WgmmaTraits<Config>;
 
+// The multiprocessors of the current device, asked once per device (a launch must not pay a
+// driver query).
+inline hipError_t current_multiprocessors(int* count) {
+    constexpr int kMaxDevices = 64;
+    static int cached[kMaxDevices] = {};
+    int device = 0;
+    if (const hipError_t err = hipGetDevice(&device); err != hipSuccess) return err;
+    if (device >= kMaxDevices) return hipDeviceGetAttribute(count, hipDeviceAttributeMultiprocessorCount, device);
+    if (cached[device] == 0) {
+        if (const hipError_t err = hipDeviceGetAttribute(&cached[device], hipDeviceAttributeMultiprocessorCount, device);
+            err != hipSuccess)
+            return err;
+    }
+    *count = cached[device];
+    return hipSuccess;
+}
+
+// The grid. Causal launches whose rows see few key tiles are persistent, one block per
+// multiprocessor (the kernel's shared memory allows no more) taking tiles in turn, so that a
+// block loads its next tile while it finishes the last one. Elsewhere a block per tile, which
+// the hardware hands to multiprocessors as they free up: better balanced where tiles are long
+// and of unequal length (docs/mmaprefill.md).
+inline constexpr int kPersistentMaxQueryBlocks = 8;
+inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) {
+    const bool persistent = tiling.section_heads > 0 && tiling.query_blocks <= kPersistentMaxQueryBlocks;
+    return unsigned(persistent && tiling.tiles > multiprocessors ? multiprocessors : tiling.tiles);
+}
+
 // What this family needs beyond the kernel's tuple: a positive scale (the softmax takes row
 // maxima before scaling) and a tile count the 1-D grid holds.
 template <class Config>
@@ -48,7 +76,9 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
     static const hipError_t attribute = cudaFuncSetAttribute(
         wgmma_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
     if (attribute != hipSuccess) return attribute;
-    wgmma_kernel<Config><<<unsigned(tiling.tiles), T::kThreads, T::kSharedBytes, stream>>>(p, tiling, maps);
+    int multiprocessors = 0;
+    if (const hipError_t err = current_multiprocessors(&multiprocessors); err != hipSuccess) return err;
+    wgmma_kernel<Config><<<launch_blocks(tiling, multiprocessors), T::kThreads, T::kSharedBytes, stream>>>(p, tiling, maps);
     return hipGetLastError();
 }
 
@@ -57,7 +87,10 @@ template <class Config>
 std::string describe(const FwdParams& p) {
     using T = Traits<Config>;
     const PrefillTiling t = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal);
-    std::string text = std::to_string(t.tiles) + " blocks, one tile each of " + std::to_string(T::kBlockRows) + " query rows";
+    int multiprocessors = 0;
+    current_multiprocessors(&multiprocessors);
+    std::string text = std::to_string(t.tiles) + " tiles of " + std::to_string(T::kBlockRows) + " query rows on " +
+                       std::to_string(launch_blocks(t, multiprocessors)) + " blocks";
     if (t.heads_per_tile > 1)
         text += " (" + std::to_string(t.heads_per_tile) + " heads of a GQA group x " + std::to_string(t.rows_per_head) +
                 " positions, sharing each K/V tile)";

@@ -27,7 +27,7 @@ struct PrefillTiling {
     int head_tiles;        // tiles per group of query heads
     int query_blocks;      // tiles along the positions
     int64_t tiles;
-    int64_t section_heads; // longest first: (batch, KV head) pairs per section; 0: query blocks fastest
+    int section_heads;     // longest first: (batch, KV head) pairs per section; 0: query blocks fastest
 
     static PrefillTiling of(const FwdParams& p, int block_rows, bool causal) {
         PrefillTiling t;
@@ -41,7 +41,7 @@ struct PrefillTiling {
         t.tiles = pairs * t.head_tiles * t.query_blocks;
         const int64_t kv_bytes = int64_t(p.seqlen_kv) * p.head_dim * 2 * 2;  // K and V of one KV head
         t.section_heads = 0;
-        if (causal && t.query_blocks > 1) t.section_heads = kv_bytes < kSectionKVBytes ? kSectionKVBytes / kv_bytes : 1;
+        if (causal && t.query_blocks > 1) t.section_heads = int(kv_bytes < kSectionKVBytes ? kSectionKVBytes / kv_bytes : 1);
         return t;
     }
 };
@@ -55,29 +55,40 @@ struct PrefillTile {
     int position0; // first position of each head
 };
 
-__device__ inline PrefillTile locate_tile(const PrefillTiling& t, int64_t index, int heads_q, int heads_kv) {
-    int query_block;
-    int64_t pair_tile;  // (batch, KV head, head tile), head tiles fastest
+// Tile `index` of a launch whose tiles fit 32 bits (the launcher checks): 32-bit divisions are
+// a few instructions, 64-bit ones a subroutine call.
+__device__ inline PrefillTile locate_tile(const PrefillTiling& t, int index, int heads_q, int heads_kv) {
+    int query_block, pair_tile;  // pair_tile: (batch, KV head, head tile), head tiles fastest
     if (t.section_heads == 0) {  // query blocks fastest
-        query_block = int(index % t.query_blocks);
+        query_block = index % t.query_blocks;
         pair_tile = index / t.query_blocks;
     } else {  // sections of KV heads; in each, the last query block of every head first
-        const int64_t section_tiles = t.section_heads * t.head_tiles * t.query_blocks;
-        const int64_t section = index / section_tiles, first_pair_tile = section * t.section_heads * t.head_tiles;
-        const int64_t pair_tiles_here = min(t.section_heads * t.head_tiles, t.tiles / t.query_blocks - first_pair_tile);
-        const int64_t within = index - section * section_tiles;
-        query_block = t.query_blocks - 1 - int(within / pair_tiles_here);
+        const int section_pair_tiles = int(t.section_heads) * t.head_tiles;
+        const int section = index / (section_pair_tiles * t.query_blocks);
+        const int first_pair_tile = section * section_pair_tiles;
+        const int pair_tiles_here = min(section_pair_tiles, int(t.tiles / t.query_blocks) - first_pair_tile);
+        const int within = index - first_pair_tile * t.query_blocks;
+        query_block = t.query_blocks - 1 - within / pair_tiles_here;
         pair_tile = first_pair_tile + within % pair_tiles_here;
     }
     PrefillTile tile;
-    const int head_tile = int(pair_tile % t.head_tiles);
-    tile.head_kv = int(pair_tile / t.head_tiles % heads_kv);
+    const int head_tile = pair_tile % t.head_tiles;
+    tile.head_kv = pair_tile / t.head_tiles % heads_kv;
     tile.batch = pair_tile / t.head_tiles / heads_kv;
     const int group = heads_q / heads_kv;
     tile.head0 = tile.head_kv * group + head_tile * t.heads_per_tile;
     tile.heads = min(t.heads_per_tile, group - head_tile * t.heads_per_tile);
     tile.position0 = query_block * t.rows_per_head;
     return tile;
+}
+
+// A persistent grid's tiles: in round r, block b takes tile r x blocks + b, or, in odd rounds,
+// the mirror image r x blocks + (blocks - 1 - b), so that over a list of tiles in decreasing
+// length each block's total stays near the average (a block taking the longest tile of one
+// round takes the shortest of the next). -1 past the last tile.
+__device__ inline int persistent_tile(int round, int block, int blocks, int64_t tiles) {
+    const int64_t index = int64_t(round) * blocks + (round % 2 == 0 ? block : blocks - 1 - block);
+    return index < tiles ? int(index) : -1;
 }
 
 }  // namespace fmha

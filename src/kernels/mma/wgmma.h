@@ -30,7 +30,7 @@ inline constexpr int kAtomColumns = 64;   // 16-bit elements in a 128-byte swizz
 inline constexpr int kRowBytes = 128;
 
 // Bytes of an R-row tile of D columns in swizzle atoms.
-constexpr int tile_bytes(int rows, int columns) { return (columns + kAtomColumns - 1) / kAtomColumns * rows * kRowBytes; }
+__host__ __device__ constexpr int tile_bytes(int rows, int columns) { return (columns + kAtomColumns - 1) / kAtomColumns * rows * kRowBytes; }
 
 // Row and column of accumulator element e (see the header comment).
 struct Position {
@@ -49,28 +49,34 @@ __device__ inline int swizzled_offset(int rows, int row, int column) {
     return atom * rows * kRowBytes + row * kRowBytes + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2;
 }
 
-// Descriptor fields: address, leading and stride byte offsets in 16-byte units; 128-byte swizzle.
-__device__ inline uint64_t descriptor(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
-    constexpr uint64_t kSwizzle128 = uint64_t(1) << 62;
-    return uint64_t((address & 0x3FFFF) >> 4) | uint64_t((leading_bytes & 0x3FFFF) >> 4) << 16 |
-           uint64_t((stride_bytes & 0x3FFFF) >> 4) << 32 | kSwizzle128;
+// A shared-memory operand descriptor: address, leading and stride byte offsets in 16-byte
+// units, 128-byte swizzle. The address field is the low word's low bits, so a step within a
+// tile is one 32-bit add to the low word (step()).
+struct Descriptor {
+    uint32_t low, high;
+    __device__ uint64_t step(uint32_t offset) const { return uint64_t(high) << 32 | (low + offset); }
+};
+__device__ inline Descriptor descriptor(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
+    constexpr uint32_t kSwizzle128 = 1u << 30;  // bits 62-63 of the descriptor
+    return {((address & 0x3FFFF) >> 4) | ((leading_bytes & 0x3FFFF) >> 4) << 16, ((stride_bytes & 0x3FFFF) >> 4) | kSwizzle128};
 }
 
-// Operand of K-major layout (the K index contiguous: Q as A, K as B of Q.K^T), step k of 16
-// along K, from a tile of `rows` rows whose first used row is `row0` (a multiple of 8).
-// Within an atom each step is 32 bytes further; 8-row groups are 1024 bytes apart.
-__device__ inline uint64_t k_major_operand(const void* tile, int rows, int row0, int k) {
-    const uint32_t base = hopper::shared_address(tile);
-    const int atom = k * kK / kAtomColumns, within = (k * kK) % kAtomColumns;
-    return descriptor(base + atom * rows * kRowBytes + row0 * kRowBytes + within * 2, 16, 8 * kRowBytes);
+// Operand of K-major layout (the K index contiguous: Q as A, K as B of Q.K^T) at a tile's
+// shared address (plus its first row x 128 bytes, a multiple of 8 rows): 8-row groups are 1024
+// bytes apart. Step k of 16 along K is .step(k_major_step(rows, k)).
+__device__ inline Descriptor k_major_operand(uint32_t address) { return descriptor(address, 16, 8 * kRowBytes); }
+// Within an atom each step is 32 bytes further; atom columns are a tile's height apart.
+__host__ __device__ constexpr uint32_t k_major_step(int rows, int k) {
+    return uint32_t((k * kK / kAtomColumns * rows * kRowBytes + (k * kK) % kAtomColumns * 2) >> 4);
 }
 
-// Operand of N-major layout (the N index contiguous: V as B of P.V, N = head dim), step k of 16
-// along K (rows of the tile): 8-row groups 1024 bytes apart, atom columns a tile's height apart.
-__device__ inline uint64_t n_major_operand(const void* tile, int rows, int k) {
-    const uint32_t base = hopper::shared_address(tile);
-    return descriptor(base + k * kK * kRowBytes, rows * kRowBytes, 8 * kRowBytes);
+// Operand of N-major layout (the N index contiguous: V as B of P.V, N = head dim) at a tile's
+// shared address: 8-row groups 1024 bytes apart, atom columns a tile's height apart. Step k of
+// 16 along K (rows of the tile) is .step(n_major_step(k)).
+__device__ inline Descriptor n_major_operand(uint32_t address, int rows) {
+    return descriptor(address, rows * kRowBytes, 8 * kRowBytes);
 }
+__host__ __device__ constexpr uint32_t n_major_step(int k) { return uint32_t((k * kK * kRowBytes) >> 4); }
 
 }  // namespace wgmma
 }  // namespace fmha

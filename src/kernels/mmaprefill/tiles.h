@@ -21,12 +21,13 @@ constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype);
 
 // Hopper: the consumers' registers hold the 64 x head_dim output accumulator and a 64 x
 // block_keys score tile beside the previous tile's probabilities; shared memory (227 KB) holds
-// Q and two stages of K and V. Small head dims are softmax-bound, so a third consumer's
-// softmax hides under the other two's GEMMs there.
+// Q, two stages of K and V and the output's staging rows. Small head dims are softmax-bound,
+// so a third consumer's softmax hides under the other two's GEMMs there; its 160 registers
+// hold 112-key tiles beside the causal mask's bookkeeping.
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype) {
-    (void)causal, (void)dtype;
-    if (head_dim <= 64) return {3, 128, 2, 24, 160};
+    (void)dtype;
+    if (head_dim <= 64) return {3, causal ? 112 : 128, 2, 24, 160};
     if (head_dim <= 128) return {2, 128, 2, 24, 240};
     return {2, 80, 2, 24, 240};
 }

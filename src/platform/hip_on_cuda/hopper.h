@@ -104,6 +104,13 @@ __device__ inline uint32_t pack_pair(float lo, float hi) {
     return packed;
 }
 
+// The same value, which the compiler cannot see through: what is derived from it again is
+// computed again instead of being kept in registers across the code in between.
+__device__ inline int opaque(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
 // ---- wgmma protocol: fence, issue (wgmma_ss / wgmma_rs), commit, wait.
 
 // Before the first wgmma that reads registers or accumulators written by ordinary code.
