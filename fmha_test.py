@@ -192,7 +192,11 @@ def test_fmha_exe_checks_succeed(name):
      r"variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys split \d+ ways .*, \d+ merged in shared memory$"),
     (["-b", "1", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "32768"],
      r"keys split \d+ ways .* \d+ partials per row combined through the workspace$"),
-    (GPU_RUNS["odd_prefill_causal"], r"^Launch\.+: 90 work items of 16 query rows of one \(batch, head\) on 90 blocks of \d+ threads;"),
+    # 3 heads of 77 positions per KV head: two heads share a 192-row tile (and its K/V reads)
+    (GPU_RUNS["odd_prefill_causal"], r"^Launch\.+: 12 tiles of 192 query rows on 12 blocks \(2 heads of a GQA group x 77 "
+                                      r"positions, sharing each K/V tile\); 1 TMA producer \+ 3 wgmma consumer warpgroups"),
+    (["-b", "16", "-h", "16", "-s", "1024", "-d", "128", "-causal-mask"],
+     r"^Launch\.+: 2048 tiles of 128 query rows on \d+ blocks; .* query blocks that see the most keys first, in sections"),
 ])
 def test_verbose_says_how_the_work_is_divided(args, expected):
     result = fmha(*args, "-v", "1", "-runs", "1", "-warm-up-runs", "0")
