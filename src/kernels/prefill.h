@@ -16,6 +16,7 @@
 
 #include "kernels/common/mask.h"
 #include "kernels/common/online_softmax.h"
+#include "kernels/common/rows.h"
 #include "kernels/common/schedule.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
@@ -206,6 +207,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
                     const int col = lane + c * T::kGroupWidth;
                     if (col < T::kHeadDim) o[row * p.o_strides.row + col] = Numeric::pack(acc[r][c] * inv);
                 }
+                if (lane == 0) store_lse(p, batch, head, row, row_max[r], total);
             }
         }
     }

@@ -59,7 +59,7 @@ struct KeyMask {
 
     __device__ int diagonal(int position) const { return position + offset; }
     __device__ MaskRow row(int position) const { return {diagonal(position), true}; }
-    __device__ bool sees(int position, int key) const { return key < len_kv && row(position).sees<kCausal>(key, window); }
+    __device__ bool sees(int position, int key) const { return key < len_kv && row(position).template sees<kCausal>(key, window); }
     // The keys that some row of positions [first, last] sees, [kv_lo, kv_hi) (the rows'
     // ranges move with their diagonals, so the first and last rows bound them).
     __device__ void key_range(int first, int last, int& kv_lo, int& kv_hi) const {

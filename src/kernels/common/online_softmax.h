@@ -41,7 +41,10 @@ __device__ inline float partial_lse(float row_max, float row_sum) {
     return row_sum > 0.f ? row_max + log2f(row_sum) : -INFINITY;
 }
 
-// The same in natural log, as FwdParams::lse holds it.
-__device__ inline float natural_lse(float row_max, float row_sum) { return partial_lse(row_max, row_sum) * kLn2; }
+// The same in natural log, as FwdParams::lse holds it. A row's sum is at least 1 (its maximum
+// contributes exp2(0)), so the hardware's approximate log2 is exact to a few ulp here.
+__device__ inline float natural_lse(float row_max, float row_sum) {
+    return row_sum > 0.f ? (row_max + __log2f(row_sum)) * kLn2 : -INFINITY;
+}
 
 }  // namespace fmha

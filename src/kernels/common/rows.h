@@ -1,5 +1,5 @@
 // Rows of the [batch, heads, seq, head_dim] tensors: where one starts, where a query row's
-// per-row results go, and 8-column stores of fp32 results.
+// per-row results go (its log-sum-exp), and 8-column stores of fp32 results.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "fmha/params.h"
+#include "kernels/common/online_softmax.h"
 #include "kernels/numeric.h"
 
 namespace fmha {
@@ -21,6 +22,12 @@ __device__ inline Element* row_start(Element* base, const TensorStrides& s, int6
 // arrays: FwdParams::lse and the split workspace.
 __device__ inline int64_t query_row_index(const FwdParams& p, int64_t batch, int head, int position) {
     return (batch * p.heads_q + head) * p.seqlen_q + position;
+}
+
+// A finished row's log-sum-exp (from its log2-domain state) to FwdParams::lse, where the launch
+// asks for it. Behind a run-time branch: a launch without it pays nothing else.
+__device__ inline void store_lse(const FwdParams& p, int64_t batch, int head, int position, float row_max, float row_sum) {
+    if (p.lse) p.lse[query_row_index(p, batch, head, position)] = natural_lse(row_max, row_sum);
 }
 
 // Eight results, each times inv, as fp32 to dst (16-byte aligned).

@@ -69,10 +69,11 @@ __device__ inline Merged merge_partials(const float* lse, int lse_stride, const 
     return m;
 }
 
-// Combines each row's n partials in the workspace into O. A team of kCombineLanes lanes takes
-// 8 columns of a row: lane l merges partials l, l + kCombineLanes, ..., then the team merges
-// its lanes' results by shuffles, so that few rows with many partials still spread over many
-// lanes (docs/decisions.md). One instantiation serves every variant of a config.
+// Combines each row's n partials in the workspace into O (and FwdParams::lse). A team of
+// kCombineLanes lanes takes 8 columns of a row: lane l merges partials l, l + kCombineLanes,
+// ..., then the team merges its lanes' results by shuffles, so that few rows with many
+// partials still spread over many lanes (docs/decisions.md). One instantiation serves every
+// variant of a config.
 inline constexpr int kCombineLanes = 8;
 inline constexpr int kCombineThreads = 256;  // per block
 
@@ -105,7 +106,10 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const FwdParam
         const float total = Team::sum(m.total * scale);
 #pragma unroll
         for (int e = 0; e < 8; ++e) out[e] = Team::sum(out[e] * scale);
-        if (valid && lane == 0) store8_output<Config>(p, batch, head, position, column, out, total > 0.f ? 1.f / total : 0.f);
+        if (valid && lane == 0) {
+            store8_output<Config>(p, batch, head, position, column, out, total > 0.f ? 1.f / total : 0.f);
+            if (column == 0) store_lse(p, batch, head, position, max_lse, total);
+        }
     }
 }
 

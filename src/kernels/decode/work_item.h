@@ -92,9 +92,10 @@ struct RowSink {
                                            : SplitWorkspace(p, plan.workspace_splits()).partials + workspace_slot(p, plan, item, row) * T::kHeadDim;
         store8_fp32(dst + column, x, inv);
     }
-    // The row's log2-sum-exp, after its partials; nothing without splits.
+    // The row's log-sum-exp: to FwdParams::lse where the row is done, else its partial's
+    // log2-sum-exp beside the partial.
     __device__ void store_lse(int r, const QueryRow& row, float row_max, float row_sum) const {
-        if (!kSplits<T> || plan.splits == 1) return;
+        if (!kSplits<T> || plan.splits == 1) return fmha::store_lse(p, item.batch, row.head, row.position, row_max, row_sum);
         float& dst = plan.block_splits > 1 ? block.lse(group, r) : SplitWorkspace(p, plan.workspace_splits()).lses[workspace_slot(p, plan, item, row)];
         dst = partial_lse(row_max, row_sum);
     }
@@ -120,6 +121,7 @@ __device__ void merge_block(const FwdParams& p, const Plan& plan, int64_t first,
         const float inv = m.total > 0.f ? 1.f / m.total : 0.f;
         if (plan.workspace_splits() == 1) {
             store8_output<Config>(p, item.batch, row.head, row.position, column, out, inv);
+            if (column == 0) store_lse(p, item.batch, row.head, row.position, m.max_lse, m.total);
         } else {
             const SplitWorkspace workspace(p, plan.workspace_splits());
             const int64_t slot = workspace_slot(p, plan, item, row);
