@@ -83,7 +83,8 @@ void check_plan_shapes() {
         {"blocks of splits combined in the workspace", 3, kTwentySplits, 20},
     };
     for (const Shape& s : shapes) {
-        const GpuCase c{problem<Config>(s.batch, s.seqlen_kv), {}, uint64_t(s.batch)};
+        GpuCase c{problem<Config>(s.batch, s.seqlen_kv), {}, uint64_t(s.batch)};
+        c.lse = true;  // each way of merging splits also yields the log-sum-exps
         const decode::Plan plan = decode::plan<Config>(shape_params(c.problem));
         EXPECT_EQ(plan.splits, s.splits) << s.what << ": " << c.describe();
         EXPECT_EQ(plan.block_splits, std::min(s.splits, groups)) << s.what << ": " << c.describe();
