@@ -17,9 +17,16 @@ def default_configs():
     return enumerate_configs(DEFAULT_AXES)
 
 
-def test_default_catalogue_is_the_full_product():
+def archs_offered(family):
+    return {a.name for a in ARCHS.values() if not family.matrix_cores or a.matrix_core in family.matrix_cores}
+
+
+def test_default_catalogue_is_the_full_product_of_what_each_family_offers():
     configs = default_configs()
-    assert len(configs) == 2 * 3 * 3 * 2 * len(FAMILIES) * len(ARCHS)
+    for name, family in FAMILIES.items():
+        built = [c for c in configs if c.family == name]
+        assert {c.arch for c in built} == archs_offered(family)
+        assert len(built) == 2 * 3 * 3 * 2 * len(archs_offered(family))  # dtypes, head dims, heads, masks
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "sm90"}
 
@@ -176,7 +183,7 @@ def test_cli_adds_a_head_dim_and_refresh_keeps_it(tmp_path, capsys):
     out = str(tmp_path)
     assert cli.main(["--head-dims", "96", "--out", out]) == 0
     names = {p.stem for p in (tmp_path / "kernels").glob("*.hip")}
-    assert len(names) == len(default_configs()) + 2 * 3 * 2 * len(FAMILIES) * len(ARCHS)
+    assert len(names) == len(default_configs()) + 2 * 3 * 2 * sum(len(archs_offered(f)) for f in FAMILIES.values())
     assert "fmha_fwd_fp16_d96_gqa_causal_prefill_sm90" in names
     assert json.loads((tmp_path / "selection.json").read_text())["add"] == {"head_dim": [96]}
     assert cli.main(["--refresh", "--out", out]) == 0
