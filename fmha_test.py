@@ -173,6 +173,17 @@ GPU_RUNS = {
     "variable_lengths": ["-b", "7", "-h", "4", "-s", "300", "-min-s", "1", "-d", "128", "-causal-mask"],
     "long_decode": ["-b", "4", "-h", "8", "-gqa", "2", "-s", "16384", "-s-q", "1", "-d", "128"],
 }
+# Runs that also ask for the log-sum-exps: each family, and each way the decode family merges
+# key splits (none, in shared memory, through the workspace and the combine kernel).
+LSE_RUNS = {
+    "lse_headline_gqa": GPU_RUNS["headline_gqa"],
+    "lse_prefill_varlen_causal": GPU_RUNS["variable_lengths"],
+    "lse_prefill_window": GPU_RUNS["sliding_window"],
+    "lse_decode_block_merge": ["-b", "64", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "4096"],
+    "lse_decode_combine": ["-b", "1", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "32768", "-bf16"],
+    "lse_decode_varlen": ["-b", "5", "-h", "8", "-gqa", "2", "-s", "3000", "-s-q", "2", "-min-s", "1", "-d", "256",
+                          "-causal-mask"],
+}
 
 
 @needs_gpu
@@ -182,6 +193,15 @@ def test_fmha_exe_checks_succeed(name):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Checks........: SUCCESS" in result.stdout
     assert re.search(r"Elapsed \.+: [\d.]+ us \([\d.]+x\), [\d.]+ Tflop/s, [\d.]+ GB/s", result.stdout)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(LSE_RUNS))
+def test_fmha_exe_checks_the_log_sum_exps(name):
+    result = fmha(*LSE_RUNS[name], "-lse", "-runs", "3", "-warm-up-runs", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Checks........: SUCCESS" in result.stdout
+    assert "Checks LSE....: SUCCESS" in result.stdout
 
 
 @needs_gpu
@@ -217,7 +237,7 @@ def test_not_enough_memory_says_how_much():
 def test_saved_tensors_check_independently_with_numpy(tmp_path, dtype):
     np = pytest.importorskip("numpy")
     result = fmha("-b", "2", "-h", "4", "-gqa", "2", "-s", "37", "-s-q", "5", "-d", "64", "-causal-mask", dtype,
-                  "-save-tensors", tmp_path, "-runs", "1")
+                  "-lse", "-save-tensors", tmp_path, "-runs", "1")
     assert result.returncode == 0, result.stderr
     meta = json.loads((tmp_path / "meta.json").read_text())
     q, k, v, o = (np.load(tmp_path / f"{n}.npy").astype(np.float64) for n in "qkvo")
@@ -226,7 +246,11 @@ def test_saved_tensors_check_independently_with_numpy(tmp_path, dtype):
     scores = np.einsum("bhid,bhjd->bhij", q, k) * meta["scale"]
     i, j = np.arange(5)[:, None], np.arange(37)[None, :]
     scores = np.where(j <= i + 37 - 5, scores, -np.inf)  # bottom-right causal
-    p = np.exp(scores - scores.max(-1, keepdims=True))
+    row_max = scores.max(-1, keepdims=True)
+    p = np.exp(scores - row_max)
     expected = np.einsum("bhij,bhjd->bhid", p / p.sum(-1, keepdims=True), v)
     tolerance = 2e-3 if dtype == "-fp16" else 1e-2
     assert np.abs(o - expected).max() < tolerance
+    lse = np.load(tmp_path / "lse.npy")  # natural log, as FlashAttention returns it
+    assert lse.shape == (2, 4, 5) and lse.dtype == np.float32
+    assert np.abs(lse - (row_max[..., 0] + np.log(p.sum(-1)))).max() < 1e-4

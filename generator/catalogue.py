@@ -4,6 +4,7 @@ A kernel's name lists every field of its tuple in a fixed order, with tokens uni
 fields, e.g. fmha_fwd_fp16_d256_mha_nomask_prefill_gfx942. That name is the file name, the
 launcher symbol, the kernel-table key, fmha.exe's -kernel value and the test id.
 """
+import collections
 import fnmatch
 import itertools
 from dataclasses import dataclass, fields
@@ -19,11 +20,23 @@ MASKS = ("nomask", "causal")
 
 @dataclass(frozen=True)
 class Family:
+    """A kernel family and the tuples it offers; the rest of the product it declines."""
     name: str
-    head_dim_multiple: int    # 16-byte vector loads of 2-byte elements
+    head_dim_multiple: int    # e.g. 16-byte vector loads of 2-byte elements, or MMA k steps
     max_head_dim: int         # register/shared-memory budget (src/kernels/<family>.h traits)
     description: str
-    matrix_cores: tuple = ()  # the archs' matrix instruction sets it has a main loop for; () = any arch
+    matrix_cores: tuple = ()  # matrix instruction sets (archs.MATRIX_CORES) it runs on; () = any arch
+
+    def declines(self, config):
+        """Returns (field, value, why) for each field of the tuple this family does not offer."""
+        reasons = []
+        d = config.head_dim
+        if d <= 0 or d % self.head_dim_multiple or d > self.max_head_dim:
+            reasons.append(("head_dim", d, f"needs a multiple of {self.head_dim_multiple} up to {self.max_head_dim}"))
+        arch = ARCHS.get(config.arch)
+        if self.matrix_cores and arch and arch.matrix_core not in self.matrix_cores:
+            reasons.append(("arch", config.arch, f"needs matrix core {' or '.join(self.matrix_cores)}"))
+        return reasons
 
 
 FAMILIES = {
@@ -84,46 +97,82 @@ class KernelConfig:
         return config
 
 
-def validate(config):
-    """Returns the reasons this tuple cannot be built (empty when it can)."""
+def unknown_values(config):
+    """Returns the reasons some field of the tuple is not a catalogue value at all."""
     problems = []
     for field, allowed in (("dtype", DTYPES), ("heads", HEADS_KINDS), ("mask", MASKS),
                            ("family", FAMILIES), ("arch", ARCHS)):
         value = getattr(config, field)
         if value not in allowed:
             problems.append(f"unknown {field} {value!r} (known: {', '.join(allowed)})")
-    family = FAMILIES.get(config.family)
-    if family:
-        d = config.head_dim
-        if d <= 0 or d % family.head_dim_multiple or d > family.max_head_dim:
-            problems.append(f"head_dim {d} not supported by the {family.name} family (needs a "
-                            f"multiple of {family.head_dim_multiple} up to {family.max_head_dim})")
     return problems
 
 
-def offered(config):
-    """Whether the family has a main loop for the arch's matrix core (tuples it has none for are
-    not built, and are no error)."""
-    family, arch = FAMILIES.get(config.family), ARCHS.get(config.arch)
-    return not (family and arch and family.matrix_cores and arch.matrix_core not in family.matrix_cores)
+def validate(config):
+    """Returns the reasons this tuple cannot be built (empty when it can)."""
+    problems = unknown_values(config)
+    family = FAMILIES.get(config.family)
+    if family and not problems:
+        problems += [f"{field} {value} not supported by the {family.name} family ({why})"
+                     for field, value, why in family.declines(config)]
+    return problems
+
+
+@dataclass
+class Selection:
+    """What a set of axes gives: the tuples built, and per family what it skipped and why."""
+    configs: list
+    skipped: dict  # family -> {(field, why): set of values}
+
+    def skip_notes(self):
+        """One line per family and reason, e.g. 'mmaprefill skips arch gfx908, gfx90a (...)'."""
+        notes = []
+        for family, reasons in sorted(self.skipped.items()):
+            for (field, why), values in sorted(reasons.items()):
+                listed = ", ".join(str(v) for v in sorted(values))
+                notes.append(f"{family} skips {field} {listed} ({why})")
+        return notes
+
+
+def select(axes, name_glob="*"):
+    """The catalogue of the cartesian product of axes, names matching name_glob.
+
+    A tuple that its family declines (an arch without the family's matrix core, a head_dim it
+    does not build) is skipped and noted; an unknown value, or a value of an axis that no family
+    offers in any tuple (e.g. --head-dims 100), raises ValueError: nothing asked for is dropped
+    silently.
+    """
+    order = [f.name for f in fields(KernelConfig)]
+    configs, unknown, offered = [], set(), collections.defaultdict(set)
+    why_not = collections.defaultdict(dict)  # (field, value) -> {family: why}
+    skipped = collections.defaultdict(lambda: collections.defaultdict(set))
+    for values in itertools.product(*(axes[field] for field in order)):
+        config = KernelConfig(*values)
+        problems = unknown_values(config)
+        if problems:
+            unknown.update(problems)
+            continue
+        declined = FAMILIES[config.family].declines(config)
+        for field, value, why in declined:
+            why_not[(field, value)][config.family] = why
+        if not declined:
+            for field in order:
+                offered[field].add(getattr(config, field))
+            if fnmatch.fnmatchcase(config.name, name_glob):
+                configs.append(config)
+        elif fnmatch.fnmatchcase(config.name, name_glob):
+            for field, value, why in declined:
+                skipped[config.family][(field, why)].add(value)
+    if unknown:
+        raise ValueError("invalid configs:\n  " + "\n  ".join(sorted(unknown)))
+    unbuildable = [f"{field} {value}: no family offers it (" +
+                   "; ".join(f"{family}: {why}" for family, why in sorted(why_not[(field, value)].items())) + ")"
+                   for field in order for value in axes[field] if value not in offered[field]]
+    if unbuildable:
+        raise ValueError("invalid configs:\n  " + "\n  ".join(unbuildable))
+    return Selection(sorted(configs), {f: dict(r) for f, r in skipped.items()})
 
 
 def enumerate_configs(axes, name_glob="*"):
-    """Every valid tuple of the cartesian product of axes whose name matches name_glob.
-
-    Raises ValueError listing the invalid tuples, so a bad --head-dims is never dropped silently.
-    """
-    order = [f.name for f in fields(KernelConfig)]
-    configs, invalid = [], []
-    for values in itertools.product(*(axes[field] for field in order)):
-        config = KernelConfig(*values)
-        if not offered(config):
-            continue
-        problems = validate(config)
-        if problems:
-            invalid.append(f"{config.name}: {'; '.join(problems)}")
-        elif fnmatch.fnmatchcase(config.name, name_glob):
-            configs.append(config)
-    if invalid:
-        raise ValueError("invalid configs:\n  " + "\n  ".join(sorted(set(invalid))))
-    return sorted(configs)
+    """The tuples select() builds (ValueError for values that cannot be built)."""
+    return select(axes, name_glob).configs

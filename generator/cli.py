@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .catalogue import DEFAULT_AXES, enumerate_configs
+from .catalogue import DEFAULT_AXES, select
 from .render import write_all
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,17 +72,20 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     selection = selection_from_args(args)
     try:
-        configs = enumerate_configs(axes_of(selection), selection["filter"])
+        catalogue = select(axes_of(selection), selection["filter"])
     except ValueError as error:
         print(f"setup.py: {error}", file=sys.stderr)
         return 2
+    configs, skips = catalogue.configs, "".join(f"\n  {note}" for note in catalogue.skip_notes())
     if not configs:
         print(f"setup.py: no kernel matches the selection {json.dumps(selection)}", file=sys.stderr)
         return 2
     if args.list:
         print("\n".join(c.name for c in configs))
+        if skips:
+            print(f"setup.py: skipped:{skips}", file=sys.stderr)
         return 0
     written, removed = write_all(args.out, configs, selection)
-    print(f"setup.py: {summary(configs)}\n  wrote {written} changed file(s), removed {removed} "
+    print(f"setup.py: {summary(configs)}{skips}\n  wrote {written} changed file(s), removed {removed} "
           f"stale kernel(s) in {args.out}")
     return 0

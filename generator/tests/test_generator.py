@@ -1,13 +1,15 @@
 """Tests of the generator: catalogue, names, validation, rendering, and the command line."""
 import json
+import re
 
 import jinja2
 import pytest
 
 from generator import cli
 from generator.archs import ARCHS, MATRIX_CORES
-from generator.catalogue import (DEFAULT_AXES, DTYPES, FAMILIES, HEADS_KINDS, MASKS, KernelConfig,
-                                 enumerate_configs, validate)
+from generator import catalogue
+from generator.catalogue import (DEFAULT_AXES, DTYPES, FAMILIES, HEADS_KINDS, MASKS, Family, KernelConfig,
+                                 enumerate_configs, select, validate)
 from generator.render import environment, render_all, write_all
 
 
@@ -15,9 +17,16 @@ def default_configs():
     return enumerate_configs(DEFAULT_AXES)
 
 
-def test_default_catalogue_is_the_full_product():
+def archs_offered(family):
+    return {a.name for a in ARCHS.values() if not family.matrix_cores or a.matrix_core in family.matrix_cores}
+
+
+def test_default_catalogue_is_the_full_product_of_what_each_family_offers():
     configs = default_configs()
-    assert len(configs) == 2 * 3 * 3 * 2 * len(FAMILIES) * len(ARCHS)
+    for name, family in FAMILIES.items():
+        built = [c for c in configs if c.family == name]
+        assert {c.arch for c in built} == archs_offered(family)
+        assert len(built) == 2 * 3 * 3 * 2 * len(archs_offered(family))  # dtypes, head dims, heads, masks
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "sm90"}
 
@@ -59,6 +68,60 @@ def test_invalid_added_values_are_an_error_not_dropped():
     axes = dict(DEFAULT_AXES, head_dim=(64, 100))
     with pytest.raises(ValueError, match="head_dim 100"):
         enumerate_configs(axes)
+
+
+# A family that, like the tensor-core prefill families, needs a matrix core and k steps of 16.
+TENSOR_FAMILY = Family("tensortest", 16, 256, "test family", matrix_cores=("wgmma",))
+
+
+@pytest.fixture
+def tensor_family(monkeypatch):
+    monkeypatch.setitem(catalogue.FAMILIES, TENSOR_FAMILY.name, TENSOR_FAMILY)
+    return dict(DEFAULT_AXES, family=DEFAULT_AXES["family"] + (TENSOR_FAMILY.name,))
+
+
+def test_a_family_skips_archs_without_its_matrix_core(tensor_family):
+    selection = select(tensor_family)
+    archs = {c.arch for c in selection.configs if c.family == TENSOR_FAMILY.name}
+    assert archs == {a.name for a in ARCHS.values() if a.matrix_core == "wgmma"} == {"sm90"}
+    assert len(selection.configs) == len(default_configs()) + 2 * 3 * 3 * 2
+    assert selection.skip_notes() == [
+        "tensortest skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma)"]
+    with pytest.raises(ValueError, match="needs matrix core wgmma"):
+        KernelConfig.from_name("fmha_fwd_fp16_d64_gqa_nomask_tensortest_gfx90a")
+    assert validate(KernelConfig("fp16", 64, "gqa", "nomask", "tensortest", "sm90")) == []
+
+
+def test_a_family_may_name_several_matrix_cores(monkeypatch):
+    both = Family("tensortest", 16, 256, "test family", matrix_cores=("wgmma", "mfma"))
+    monkeypatch.setitem(catalogue.FAMILIES, both.name, both)
+    selection = select(dict(DEFAULT_AXES, family=(both.name,)))
+    assert {c.arch for c in selection.configs} == set(ARCHS) and selection.skip_notes() == []
+
+
+def test_a_head_dim_some_family_builds_is_skipped_by_the_others(tensor_family):
+    selection = select(dict(tensor_family, head_dim=(64, 72), arch=("sm90",)))
+    assert {c.family for c in selection.configs if c.head_dim == 72} == {"prefill", "decode"}
+    assert {c.family for c in selection.configs if c.head_dim == 64} == {"prefill", "decode", "tensortest"}
+    assert selection.skip_notes() == ["tensortest skips head_dim 72 (needs a multiple of 16 up to 256)"]
+
+
+@pytest.mark.parametrize("axes, message", [
+    (dict(head_dim=(64, 100)), "head_dim 100: no family offers it (decode: needs a multiple of 8 up to 256; "
+                               "prefill: needs a multiple of 8 up to 256; tensortest: needs a multiple of 16"),
+    (dict(family=("tensortest",), head_dim=(64, 72)), "head_dim 72: no family offers it (tensortest: "),
+    (dict(family=("tensortest",), arch=("gfx90a", "sm90")), "arch gfx90a: no family offers it (tensortest: needs matrix core wgmma"),
+])
+def test_a_value_no_family_builds_is_an_error(tensor_family, axes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        select(dict(tensor_family, **axes))
+
+
+def test_cli_says_which_families_skip_what(tensor_family, tmp_path, capsys):
+    assert cli.main(["--families", "tensortest", "--out", str(tmp_path)]) == 0
+    assert "tensortest skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma" in capsys.readouterr().out
+    assert cli.main(["--families", "tensortest", "--list", "--out", str(tmp_path)]) == 0
+    assert "tensortest skips arch gfx908" in capsys.readouterr().err
 
 
 def test_filter_glob():
@@ -120,7 +183,7 @@ def test_cli_adds_a_head_dim_and_refresh_keeps_it(tmp_path, capsys):
     out = str(tmp_path)
     assert cli.main(["--head-dims", "96", "--out", out]) == 0
     names = {p.stem for p in (tmp_path / "kernels").glob("*.hip")}
-    assert len(names) == len(default_configs()) + 2 * 3 * 2 * len(FAMILIES) * len(ARCHS)
+    assert len(names) == len(default_configs()) + 2 * 3 * 2 * sum(len(archs_offered(f)) for f in FAMILIES.values())
     assert "fmha_fwd_fp16_d96_gqa_causal_prefill_sm90" in names
     assert json.loads((tmp_path / "selection.json").read_text())["add"] == {"head_dim": [96]}
     assert cli.main(["--refresh", "--out", out]) == 0

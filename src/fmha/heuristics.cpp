@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "kernels/decode/limits.h"
+
 namespace fmha {
 namespace {
 
@@ -11,11 +13,6 @@ namespace {
 bool heads_fit(HeadsKind kernel, const Problem& p) {
     return kernel == HeadsKind::gqa || kernel == p.heads_kind();
 }
-
-// The decode family streams K/V once per KV head and holds the query rows that read it in
-// registers, in passes of up to 8 rows: the work stays memory-bound while few rows share a
-// KV head. Past this many rows per KV head, the tiled prefill family does less re-reading.
-constexpr int kDecodeMaxRowsPerKvHead = 16;
 
 struct FamilyChoice {
     Family family;
@@ -28,8 +25,8 @@ std::vector<FamilyChoice> family_preference(const Problem& p) {
     const int rows = p.heads_q / p.heads_kv * p.seqlen_q;
     const std::string count = std::to_string(rows) + " query row(s) per KV head (" + std::to_string(p.heads_q / p.heads_kv) +
                               " head(s) x seqlen_q " + std::to_string(p.seqlen_q) + ")";
-    const std::string limit = std::to_string(kDecodeMaxRowsPerKvHead);
-    if (rows <= kDecodeMaxRowsPerKvHead) {
+    const std::string limit = std::to_string(decode::kMaxRowsPerKvHead);
+    if (rows <= decode::kMaxRowsPerKvHead) {
         const std::string why = count + " <= " + limit + ": memory-bound";
         return {{Family::decode, why}, {Family::mmaprefill, why}, {Family::prefill, why}};
     }

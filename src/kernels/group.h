@@ -26,4 +26,12 @@ struct Group {
     __device__ static inline float broadcast(float x, int src) { return __shfl(x, src, kWidth); }
 };
 
+// A barrier of the warp's lanes. On AMD, whose wavefronts run their lanes in lockstep, there
+// is nothing to wait for.
+__device__ inline void sync_warp() {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    __syncwarp();
+#endif
+}
+
 }  // namespace fmha

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "kernels/common/schedule.h"
 #include "kernels/config.h"
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
@@ -22,23 +23,6 @@ namespace mmaprefill {
 
 template <class Config>
 using Traits = WgmmaTraits<Config>;
-
-// The multiprocessors of the current device, asked once per device (a launch must not pay a
-// driver query).
-inline hipError_t current_multiprocessors(int* count) {
-    constexpr int kMaxDevices = 64;
-    static int cached[kMaxDevices] = {};
-    int device = 0;
-    if (const hipError_t err = hipGetDevice(&device); err != hipSuccess) return err;
-    if (device >= kMaxDevices) return hipDeviceGetAttribute(count, hipDeviceAttributeMultiprocessorCount, device);
-    if (cached[device] == 0) {
-        if (const hipError_t err = hipDeviceGetAttribute(&cached[device], hipDeviceAttributeMultiprocessorCount, device);
-            err != hipSuccess)
-            return err;
-    }
-    *count = cached[device];
-    return hipSuccess;
-}
 
 // The grid. Causal launches whose rows see few key tiles are persistent, one block per
 // multiprocessor (the kernel's shared memory allows no more) taking tiles in turn, so that a
@@ -76,8 +60,8 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
     static const hipError_t attribute = cudaFuncSetAttribute(
         wgmma_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
     if (attribute != hipSuccess) return attribute;
-    int multiprocessors = 0;
-    if (const hipError_t err = current_multiprocessors(&multiprocessors); err != hipSuccess) return err;
+    const int multiprocessors = multiprocessor_count();
+    if (multiprocessors == 0) return hipErrorNoDevice;
     wgmma_kernel<Config><<<launch_blocks(tiling, multiprocessors), T::kThreads, T::kSharedBytes, stream>>>(p, tiling, maps);
     return hipGetLastError();
 }
@@ -87,8 +71,7 @@ template <class Config>
 std::string describe(const FwdParams& p) {
     using T = Traits<Config>;
     const PrefillTiling t = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal);
-    int multiprocessors = 0;
-    current_multiprocessors(&multiprocessors);
+    const int multiprocessors = multiprocessor_count();
     std::string text = std::to_string(t.tiles) + " tiles of " + std::to_string(T::kBlockRows) + " query rows on " +
                        std::to_string(launch_blocks(t, multiprocessors)) + " blocks";
     if (t.heads_per_tile > 1)

@@ -52,26 +52,15 @@ __device__ inline void unpack8(const uint4& w, float (&out)[8]) {
     }
 }
 
-// exp(x) = exp2(x * kLog2e): scores are kept in the log2 domain.
-inline constexpr float kLog2e = 1.4426950408889634f;
-
-// One online-softmax step: raises a row's running maximum to include step_max and returns the
-// factor that rescales what was accumulated under the old one. `reference` is what the step's
-// scores subtract before exp2: the new maximum, or 0 while every key so far is masked (-inf),
-// so that no inf - inf appears.
-__device__ inline float raise_max(float& running_max, float step_max, float& reference) {
-    const float new_max = fmaxf(running_max, step_max);
-    reference = new_max == -INFINITY ? 0.f : new_max;
-    const float rescale = exp2f(running_max - reference);
-    running_max = new_max;
-    return rescale;
-}
-
 // Two floats rounded to one register of two packed elements (lo in the low half).
 template <class Numeric>
 __device__ inline uint32_t pack2(float lo, float hi) {
     return uint32_t(Numeric::pack(lo)) | uint32_t(Numeric::pack(hi)) << 16;
 }
+
+// The low (high) 16-bit halves of a and b, as one register {a, b}.
+__device__ inline uint32_t low_halves(uint32_t a, uint32_t b) { return __byte_perm(a, b, 0x5410); }
+__device__ inline uint32_t high_halves(uint32_t a, uint32_t b) { return __byte_perm(a, b, 0x7632); }
 
 // Eight elements from a 16-byte aligned address -> eight floats.
 template <class Numeric>

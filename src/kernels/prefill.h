@@ -14,6 +14,11 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/common/mask.h"
+#include "kernels/common/online_softmax.h"
+#include "kernels/common/rows.h"
+#include "kernels/common/schedule.h"
+#include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/group.h"
 #include "kernels/numeric.h"
@@ -79,11 +84,12 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
 
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
         // q tiles fastest, then heads: neighbouring blocks share K/V in L2 (GQA groups too).
+        // (Not divmod(): its 32-bit path costs this kernel 27 registers on sm_90, docs/decisions.md.)
         const int q0 = int(item % q_tiles) * T::kBlockRows;
         const int head = int((item / q_tiles) % p.heads_q);
         const int64_t batch = item / q_tiles / p.heads_q;
-        const int len_q = p.seqlens_q ? p.seqlens_q[batch] : p.seqlen_q;
-        const int len_kv = p.seqlens_kv ? p.seqlens_kv[batch] : p.seqlen_kv;
+        const int len_q = sequence_length(p.seqlens_q, batch, p.seqlen_q);
+        const int len_kv = sequence_length(p.seqlens_kv, batch, p.seqlen_kv);
         if (q0 >= len_q) continue;  // uniform over the block
         const int head_kv = kv_head_of<Config::heads>(head, p.heads_q, p.heads_kv);
         const auto* q = static_cast<const uint16_t*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head;
@@ -91,10 +97,10 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
         const auto* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
         auto* o = static_cast<uint16_t*>(p.o) + batch * p.o_strides.batch + head * p.o_strides.head;
 
-        // Keys any row of this tile sees (bottom-right aligned causal mask with window).
-        const int diagonal0 = q0 + len_kv - len_q;  // last key row q0 sees
-        const int kv_begin = kCausal ? max(0, diagonal0 - p.window + 1) : 0;
-        const int kv_end = kCausal ? min(len_kv, diagonal0 + T::kBlockRows) : len_kv;
+        // Keys any row of this tile sees.
+        const KeyMask<kCausal> mask = KeyMask<kCausal>::of(len_q, len_kv, p.window);
+        int kv_begin, kv_end;
+        mask.key_range(q0, q0 + T::kBlockRows - 1, kv_begin, kv_end);
 
         __syncthreads();  // the previous item is done with q_tile
         stage_rows<T, T::kBlockRows>(q_tile, q, p.q_strides.row, q0, len_q);
@@ -137,12 +143,11 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
             // Masked keys get -inf; scores move to the log2 domain.
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                const int diagonal = diagonal0 + group_row0 + r;
+                const MaskRow row = mask.row(q0 + group_row0 + r);
 #pragma unroll
                 for (int t = 0; t < T::kKeysPerLane; ++t) {
                     const int key = k0 + t * T::kGroupWidth + lane;
-                    const bool visible = key < kv_end && (!kCausal || (key <= diagonal && key > diagonal - p.window));
-                    score[r][t] = visible ? score[r][t] * scale_log2 : -INFINITY;
+                    score[r][t] = key < kv_end && row.sees<kCausal>(key, p.window) ? score[r][t] * scale_log2 : -INFINITY;
                 }
             }
 
@@ -202,14 +207,11 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
                     const int col = lane + c * T::kGroupWidth;
                     if (col < T::kHeadDim) o[row * p.o_strides.row + col] = Numeric::pack(acc[r][c] * inv);
                 }
+                if (lane == 0) store_lse(p, batch, head, row, row_max[r], total);
             }
         }
     }
 }
-
-// Upper bound on blocks per launch; blocks loop over the remaining work items. Keeps the
-// grid inside every platform's limits however large batch x heads x tiles grows.
-inline constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
 // A launch's work items: (batch, head, tile of kBlockRows query rows).
 template <class T>
@@ -217,14 +219,17 @@ int64_t work_items(const FwdParams& p) {
     return int64_t(p.batch) * p.heads_q * ((p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows);
 }
 
-// A launch's blocks: one per work item, at most kMaxBlocks.
-inline unsigned launch_blocks(int64_t items) { return static_cast<unsigned>(items < kMaxBlocks ? items : kMaxBlocks); }
+// A launch's blocks: one per work item, within the grid limit (blocks loop past it).
+template <class T>
+unsigned launch_blocks(const FwdParams& p) {
+    return grid_blocks(work_items<T>(p), 1, T::kThreads);
+}
 
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 hipError_t launch(const FwdParams& p, hipStream_t stream) {
     using T = Traits<Config, GroupWidth>;
     if (!params_match<Config>(p)) return hipErrorInvalidValue;
-    fwd_kernel<Config, GroupWidth><<<launch_blocks(work_items<T>(p)), T::kThreads, 0, stream>>>(p);
+    fwd_kernel<Config, GroupWidth><<<launch_blocks<T>(p), T::kThreads, 0, stream>>>(p);
     return hipGetLastError();
 }
 
@@ -234,7 +239,7 @@ std::string describe(const FwdParams& p) {
     using T = Traits<Config, GroupWidth>;
     const int64_t items = work_items<T>(p);
     return std::to_string(items) + " work items of " + std::to_string(T::kBlockRows) +
-           " query rows of one (batch, head) on " + std::to_string(launch_blocks(items)) + " blocks of " +
+           " query rows of one (batch, head) on " + std::to_string(launch_blocks<T>(p)) + " blocks of " +
            std::to_string(T::kThreads) + " threads; keys in tiles of " + std::to_string(T::kBlockKeys) +
            " through shared memory";
 }

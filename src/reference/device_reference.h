@@ -19,8 +19,10 @@ hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, ui
                        hipStream_t stream = nullptr);
 
 // out: fp32 [batch, heads_q, seqlen_q, head_dim], contiguous. Rows past a sequence's length
-// (variable lengths) are written as zeros.
-hipError_t reference_forward(const FwdParams& params, DType dtype, bool causal, float* out,
+// (variable lengths) are written as zeros. lse (optional): each row's softmax log-sum-exp in
+// natural log, fp32 [batch, heads_q, seqlen_q]; -inf for a row that sees no key, and for rows
+// past a sequence's length.
+hipError_t reference_forward(const FwdParams& params, DType dtype, bool causal, float* out, float* lse = nullptr,
                              hipStream_t stream = nullptr);
 
 struct Tolerance {
@@ -38,6 +40,8 @@ struct CompareResult {
     float worst_out = 0, worst_ref = 0;
     double rel_l2 = 0;
 
+    int row_elements = 0;      // elements compared per row: head_dim for O, 1 for the log-sum-exps
+
     bool passed(const Tolerance& tol) const {
         return checked > 0 && nan_count == 0 && bad_count == 0 && rel_l2 <= tol.rel_l2;
     }
@@ -47,5 +51,14 @@ struct CompareResult {
 // Compares the kernel's output (params.o, in its layout) with the fp32 reference.
 hipError_t compare_with_reference(const FwdParams& params, DType dtype, const float* reference,
                                   const Tolerance& tol, CompareResult* result);
+
+// The log-sum-exps are fp32 results of fp32 arithmetic on the same inputs: they agree closely.
+Tolerance lse_tolerance();
+
+// Compares the kernel's log-sum-exps (params.lse) with the reference's (lse of
+// reference_forward), over the rows inside their sequences. A -inf (a row that sees no key)
+// matches only -inf; NaN never passes.
+hipError_t compare_lse_with_reference(const FwdParams& params, const float* reference_lse, const Tolerance& tol,
+                                      CompareResult* result);
 
 }  // namespace fmha

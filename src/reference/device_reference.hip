@@ -45,7 +45,7 @@ __device__ inline int length_of(const int* lengths, int64_t batch, int fixed) { 
 constexpr int kChunk = 64;
 
 template <DType kDType>
-__global__ void reference_kernel(const FwdParams p, bool causal, float* out) {
+__global__ void reference_kernel(const FwdParams p, bool causal, float* out, float* lse) {
     const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
     for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < rows; row += int64_t(gridDim.x) * blockDim.x) {
         const int i = int(row % p.seqlen_q);
@@ -61,6 +61,7 @@ __global__ void reference_kernel(const FwdParams p, bool causal, float* out) {
         }
         if (i >= len_q || last < first) {
             for (int c = 0; c < p.head_dim; ++c) o[c] = 0.f;
+            if (lse) lse[row] = -INFINITY;
             continue;
         }
         const int hk = h / (p.heads_q / p.heads_kv);
@@ -83,6 +84,7 @@ __global__ void reference_kernel(const FwdParams p, bool causal, float* out) {
                 for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) acc[c] += weight * load<kDType>(p.v, v_row + c0 + c);
             }
             for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) o[c0 + c] = acc[c] / sum;
+            if (lse && c0 == 0) lse[row] = row_max + logf(sum);
         }
     }
 }
@@ -155,9 +157,9 @@ struct FillLaunch {
 
 template <DType kDType>
 struct ReferenceLaunch {
-    static hipError_t run(const FwdParams& p, bool causal, float* out, hipStream_t stream) {
+    static hipError_t run(const FwdParams& p, bool causal, float* out, float* lse, hipStream_t stream) {
         const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-        reference_kernel<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, causal, out);
+        reference_kernel<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, causal, out, lse);
         return hipGetLastError();
     }
 };
@@ -178,8 +180,9 @@ hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, ui
     return dispatch<FillLaunch>(dtype, data, count, key, range, stream);
 }
 
-hipError_t reference_forward(const FwdParams& params, DType dtype, bool causal, float* out, hipStream_t stream) {
-    return dispatch<ReferenceLaunch>(dtype, params, causal, out, stream);
+hipError_t reference_forward(const FwdParams& params, DType dtype, bool causal, float* out, float* lse,
+                             hipStream_t stream) {
+    return dispatch<ReferenceLaunch>(dtype, params, causal, out, lse, stream);
 }
 
 Tolerance default_tolerance(DType dtype) {
@@ -202,6 +205,7 @@ hipError_t compare_with_reference(const FwdParams& params, DType dtype, const fl
     if (err != hipSuccess) return err;
 
     *result = CompareResult{};
+    result->row_elements = params.head_dim;
     double err_sq = 0, ref_sq = 0;
     for (const Partial& part : host) {
         result->nan_count += part.nan_count;
@@ -229,17 +233,55 @@ hipError_t compare_with_reference(const FwdParams& params, DType dtype, const fl
     return hipSuccess;
 }
 
+Tolerance lse_tolerance() { return {1e-3f, 1e-4f, 1e-4f}; }
+
+hipError_t compare_lse_with_reference(const FwdParams& params, const float* reference_lse, const Tolerance& tol,
+                                      CompareResult* result) {
+    const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
+    std::vector<float> out(rows), ref(rows);
+    std::vector<int> lengths(params.seqlens_q ? params.batch : 0);
+    hipError_t err = hipMemcpy(out.data(), params.lse, rows * sizeof(float), hipMemcpyDeviceToHost);
+    if (err == hipSuccess) err = hipMemcpy(ref.data(), reference_lse, rows * sizeof(float), hipMemcpyDeviceToHost);
+    if (err == hipSuccess && params.seqlens_q)
+        err = hipMemcpy(lengths.data(), params.seqlens_q, lengths.size() * sizeof(int), hipMemcpyDeviceToHost);
+    if (err != hipSuccess) return err;
+
+    *result = CompareResult{};
+    result->row_elements = 1;
+    double err_sq = 0, ref_sq = 0;
+    for (int64_t row = 0; row < rows; ++row) {
+        const int64_t b = row / params.seqlen_q / params.heads_q;
+        if (row % params.seqlen_q >= (params.seqlens_q ? lengths[b] : params.seqlen_q)) continue;
+        ++result->checked;
+        const float x = out[row], expected = ref[row];
+        if (x == expected) continue;  // -inf matches -inf
+        const float diff = std::fabs(x - expected);
+        if (!std::isfinite(x) || !std::isfinite(expected)) {
+            if (result->nan_count++ == 0) result->max_abs_err = INFINITY, result->worst_index = row, result->worst_out = x, result->worst_ref = expected;
+            continue;
+        }
+        if (diff > tol.atol + tol.rtol * std::fabs(expected)) ++result->bad_count;
+        if (result->nan_count == 0 && diff > result->max_abs_err)
+            result->max_abs_err = diff, result->worst_index = row, result->worst_out = x, result->worst_ref = expected;
+        err_sq += double(diff) * diff;
+        ref_sq += double(expected) * expected;
+    }
+    result->rel_l2 = result->nan_count > 0 ? NAN : ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : (err_sq > 0 ? INFINITY : 0.0);
+    return hipSuccess;
+}
+
 std::string CompareResult::describe(const FwdParams& p) const {
     std::ostringstream s;
     s.precision(3);
     s << "max abs err " << std::scientific << max_abs_err << ", rel L2 " << rel_l2 << ", " << nan_count
       << " non-finite, " << bad_count << " outside tolerance, of " << checked;
     if (worst_index >= 0) {
-        const int64_t c = worst_index % p.head_dim, i = worst_index / p.head_dim % p.seqlen_q;
-        const int64_t h = worst_index / p.head_dim / p.seqlen_q % p.heads_q;
-        const int64_t b = worst_index / p.head_dim / p.seqlen_q / p.heads_q;
-        s << "; worst at b=" << b << " h=" << h << " s=" << i << " d=" << c << ": " << std::defaultfloat
-          << worst_out << " vs " << worst_ref;
+        const int64_t c = worst_index % row_elements, i = worst_index / row_elements % p.seqlen_q;
+        const int64_t h = worst_index / row_elements / p.seqlen_q % p.heads_q;
+        const int64_t b = worst_index / row_elements / p.seqlen_q / p.heads_q;
+        s << "; worst at b=" << b << " h=" << h << " s=" << i;
+        if (row_elements > 1) s << " d=" << c;
+        s << ": " << std::defaultfloat << worst_out << " vs " << worst_ref;
     }
     return s.str();
 }

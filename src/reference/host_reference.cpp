@@ -6,10 +6,12 @@
 namespace fmha {
 
 std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const std::vector<float>& q,
-                                  const std::vector<float>& k, const std::vector<float>& v) {
+                                  const std::vector<float>& k, const std::vector<float>& v,
+                                  std::vector<float>* lse) {
     const int64_t d = p.head_dim;
     const double scale = p.softmax_scale();
     std::vector<float> out(q.size(), 0.f);
+    if (lse) lse->assign(q.size() / std::max<int64_t>(d, 1), -INFINITY);
     std::vector<double> scores(p.seqlen_kv), acc(d);
     for (int64_t b = 0; b < p.batch; ++b) {
         const int64_t len_q = lens.q.empty() ? p.seqlen_q : lens.q[b];
@@ -36,8 +38,9 @@ std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const s
                     sum += weight;
                     for (int64_t c = 0; c < d; ++c) acc[c] += weight * v_head[j * d + c];
                 }
-                float* o_row = &out[((b * p.heads_q + h) * p.seqlen_q + i) * d];
-                for (int64_t c = 0; c < d; ++c) o_row[c] = static_cast<float>(acc[c] / sum);
+                const int64_t row = (b * p.heads_q + h) * p.seqlen_q + i;
+                for (int64_t c = 0; c < d; ++c) out[row * d + c] = static_cast<float>(acc[c] / sum);
+                if (lse) (*lse)[row] = static_cast<float>(row_max + std::log(sum));
             }
         }
     }

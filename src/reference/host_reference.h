@@ -9,8 +9,10 @@
 namespace fmha {
 
 // q: [batch, heads_q, seqlen_q, d]; k, v: [batch, heads_kv, seqlen_kv, d]; returns o like q.
-// Rows past a sequence's length, and rows that see no key, are zeros.
+// Rows past a sequence's length, and rows that see no key, are zeros. lse (optional) gets each
+// row's softmax log-sum-exp in natural log, [batch, heads_q, seqlen_q]; -inf for those rows.
 std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const std::vector<float>& q,
-                                  const std::vector<float>& k, const std::vector<float>& v);
+                                  const std::vector<float>& k, const std::vector<float>& v,
+                                  std::vector<float>* lse = nullptr);
 
 }  // namespace fmha

@@ -44,6 +44,7 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
         {"-fp16", [&] { p.dtype = DType::fp16; }},  {"-bf16", [&] { p.dtype = DType::bf16; }},
         {"-causal-mask", [&] { p.causal = true; }}, {"-mqa", [&] { mqa = true; }},
         {"-skip-checks", [&] { o.skip_checks = true; }}, {"-list", [&] { o.list = true; }},
+        {"-lse", [&] { o.lse = true; }},
         {"-help", [&] { o.help = true; }},          {"--help", [&] { o.help = true; }},
     };
 
@@ -128,8 +129,11 @@ Run:
   -runs N                 timed runs [100]
   -warm-up-runs N         untimed runs first [10]
   -skip-checks            do not compare with the reference
+  -lse                    also output each query row's softmax log-sum-exp (natural log, fp32
+                          [b, h, s_q]; -inf for a row that sees no key), checked and saved too
   -kernel NAME            run this kernel instead of the heuristic's choice (see -list)
-  -save-tensors DIR       write q, k, v, o (and the reference) as .npy plus meta.json to DIR
+  -save-tensors DIR       write q, k, v, o, with -lse lse (and the references) as .npy plus
+                          meta.json to DIR
   -seed N                 random inputs' seed [1]
   -v N                    0: results only, 1: default, 2: more detail
   -list                   print the catalogue and exit

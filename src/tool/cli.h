@@ -17,6 +17,7 @@ struct Options {
     int warm_up_runs = 10;
     int verbose = 1;
     bool skip_checks = false;
+    bool lse = false;         // -lse: ask for each row's log-sum-exp, check and save it too
     bool list = false;
     bool help = false;
     std::string kernel;       // -kernel NAME: force one kernel

@@ -40,6 +40,19 @@ void TensorSet::fill(const Problem& p, uint64_t seed, float q_range) {
 
 void TensorSet::poison_output() {
     check(hipMemset(o.get(), 0xff, o.bytes()), "poisoning O");  // 0xffff is NaN in fp16 and bf16
+    if (lse) check(hipMemset(lse->get(), 0xff, lse->bytes()), "poisoning the log-sum-exps");  // NaN in fp32
+}
+
+void TensorSet::request_lse() {
+    lse = std::make_unique<DeviceBuffer>(sizeof(float) * params.batch * params.heads_q * params.seqlen_q);
+    params.lse = lse->get<float>();
+    poison_output();
+}
+
+std::vector<float> TensorSet::copy_lse() const {
+    std::vector<float> host(lse->bytes() / sizeof(float));
+    check(hipMemcpy(host.data(), lse->get(), lse->bytes(), hipMemcpyDeviceToHost), "copying the log-sum-exps");
+    return host;
 }
 
 DeviceLengths::DeviceLengths(const SeqLens& lens)

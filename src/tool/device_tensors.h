@@ -54,14 +54,19 @@ struct TensorSet {
     explicit TensorSet(const Problem& p);
     // Uniform random Q (in [-q_range, q_range)), K and V (in [-1, 1)); O poisoned with NaN.
     void fill(const Problem& p, uint64_t seed, float q_range = 1.f);
-    void poison_output();  // every element of O NaN
+    void poison_output();  // every element of O (and of the log-sum-exps, if requested) NaN
     void set_lengths(const DeviceLengths& lengths);
     // Allocates the workspace the kernel asks for with these params (call after set_lengths).
     void prepare_for(const KernelEntry& kernel);
+    // Asks the kernel for each row's log-sum-exp (FwdParams::lse), in a buffer poisoned like O.
+    void request_lse();
+    // The log-sum-exps on the host, [batch, heads_q, seqlen_q] (request_lse() first).
+    std::vector<float> copy_lse() const;
 
     BufferSizes sizes;
     DeviceBuffer qkv, k, v, o;  // packed QKV: all three in qkv
     std::unique_ptr<DeviceBuffer> workspace;
+    std::unique_ptr<DeviceBuffer> lse;  // fp32 [batch, heads_q, seqlen_q], when requested
     FwdParams params;
 };
 

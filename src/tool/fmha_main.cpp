@@ -96,7 +96,22 @@ SeqLens draw_lengths(const Options& o) {
     return lens;
 }
 
-void save_tensors(const Options& o, const TensorSet& set, const float* reference,
+// The reference's outputs on the device: O and, where the run asks for them, the log-sum-exps.
+struct Reference {
+    Reference(const BufferSizes& sizes, int64_t rows, bool lse)
+        : o(4 * sizes.o), lse(lse ? std::make_unique<DeviceBuffer>(4 * rows) : nullptr) {}
+    DeviceBuffer o;
+    std::unique_ptr<DeviceBuffer> lse;
+};
+
+void write_floats(const std::string& path, const std::vector<int64_t>& shape, const void* device, size_t count) {
+    std::vector<float> host(count);
+    check(hipMemcpy(host.data(), device, count * 4, hipMemcpyDeviceToHost), "copying " + path);
+    std::string error;
+    if (!write_npy(path, "<f4", shape, host.data(), count * 4, &error)) throw EnvironmentError(error);
+}
+
+void save_tensors(const Options& o, const TensorSet& set, const Reference* reference,
                   const SeqLens& lens, const std::string& kernel) {
     const Problem& p = o.problem;
     mkdir(o.save_dir.c_str(), 0755);
@@ -118,12 +133,13 @@ void save_tensors(const Options& o, const TensorSet& set, const float* reference
     save("k", copy_logical(f.k, f.k_strides, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
     save("v", copy_logical(f.v, f.v_strides, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
     save("o", copy_logical(f.o, f.o_strides, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
+    const std::vector<int64_t> rows = {p.batch, p.heads_q, p.seqlen_q};
+    const size_t row_count = size_t(p.batch) * p.heads_q * p.seqlen_q;
+    if (set.lse) write_floats(o.save_dir + "/lse.npy", rows, set.lse->get(), row_count);
     if (reference) {
-        std::vector<float> ref(set.sizes.o);
-        check(hipMemcpy(ref.data(), reference, ref.size() * 4, hipMemcpyDeviceToHost), "copying the reference");
-        if (!write_npy(o.save_dir + "/reference.npy", "<f4", {p.batch, p.heads_q, p.seqlen_q, p.head_dim}, ref.data(),
-                       ref.size() * 4, &error))
-            throw EnvironmentError(error);
+        write_floats(o.save_dir + "/reference.npy", {p.batch, p.heads_q, p.seqlen_q, p.head_dim}, reference->o.get(),
+                     set.sizes.o);
+        if (reference->lse) write_floats(o.save_dir + "/reference_lse.npy", rows, reference->lse->get(), row_count);
     }
     auto list = [](const std::vector<int>& v) {
         std::string text = "[";
@@ -140,6 +156,7 @@ void save_tensors(const Options& o, const TensorSet& set, const float* reference
          << ",\n  \"window\": " << p.window << ",\n"
          << "  \"seqlens_q\": " << (lens.q.empty() ? "null" : list(lens.q)) << ",\n"
          << "  \"seqlens_kv\": " << (lens.kv.empty() ? "null" : list(lens.kv)) << ",\n"
+         << "  \"lse\": " << (set.lse ? "\"natural log, [batch, heads_q, seqlen_q]; rows past a sequence's length are not written (NaN)\"" : "null") << ",\n"
          << "  \"causal_rule\": \"query i sees key j iff i + len_kv - len_q - window < j <= i + len_kv - len_q (window 0: no lower bound)\"\n}\n";
     if (!meta) throw EnvironmentError("cannot write " + o.save_dir + "/meta.json");
 }
@@ -161,17 +178,29 @@ float device_ms(const std::string& what, Work&& work) {
     return ms;
 }
 
-// Runs the reference (timed once), compares, prints the Checks line; true when it passed.
-bool check_against_reference(const Problem& p, const FwdParams& params, float* reference, float* reference_ms) {
+// Prints a Checks line; true when the comparison passed.
+bool print_check(const char* label, const CompareResult& result, const Tolerance& tol, const FwdParams& params) {
+    const bool ok = result.passed(tol);
+    printf("%s: %s (%s; tolerance |err| <= %.0e + %.0e*|ref|, rel L2 <= %.0e)\n", label, ok ? "SUCCESS" : "FAILED",
+           result.describe(params).c_str(), tol.atol, tol.rtol, tol.rel_l2);
+    return ok;
+}
+
+// Runs the reference (timed once), compares O and any log-sum-exps, prints a Checks line for
+// each; true when all passed.
+bool check_against_reference(const Problem& p, const FwdParams& params, Reference& reference, float* reference_ms) {
+    float* lse = reference.lse ? reference.lse->get<float>() : nullptr;
     *reference_ms = device_ms("running the reference", [&] {
-        check(reference_forward(params, p.dtype, p.causal, reference), "launching the reference");
+        check(reference_forward(params, p.dtype, p.causal, reference.o.get<float>(), lse), "launching the reference");
     });
     const Tolerance tol = default_tolerance(p.dtype);
     CompareResult result;
-    check(compare_with_reference(params, p.dtype, reference, tol, &result), "comparing");
-    const bool ok = result.passed(tol);
-    printf("Checks........: %s (%s; tolerance |err| <= %.0e + %.0e*|ref|, rel L2 <= %.0e)\n", ok ? "SUCCESS" : "FAILED",
-           result.describe(params).c_str(), tol.atol, tol.rtol, tol.rel_l2);
+    check(compare_with_reference(params, p.dtype, reference.o.get<float>(), tol, &result), "comparing");
+    bool ok = print_check("Checks........", result, tol, params);
+    if (lse) {
+        check(compare_lse_with_reference(params, lse, lse_tolerance(), &result), "comparing the log-sum-exps");
+        ok = print_check("Checks LSE....", result, lse_tolerance(), params) && ok;
+    }
     return ok;
 }
 
@@ -223,9 +252,10 @@ int run(const Options& o) {
     const double set_bytes = 2.0 * (sizes.q + sizes.k + sizes.v + sizes.o);
     // Rotate over input sets when one fits in L2 several times, so timing reads memory, not cache.
     const int sets = set_bytes < 4.0 * device.l2_bytes ? int(std::min(16.0, std::ceil(4.0 * device.l2_bytes / set_bytes))) : 1;
-    const double reference_bytes = o.skip_checks ? 0 : 4.0 * sizes.o;
+    const double rows = double(p.batch) * p.heads_q * p.seqlen_q, lse_bytes = o.lse ? 4.0 * rows : 0;
+    const double reference_bytes = o.skip_checks ? 0 : 4.0 * sizes.o + lse_bytes;
     const double workspace_bytes = double(kernel->workspace(shape_params(p)));
-    const double needed = sets * (set_bytes + workspace_bytes) + reference_bytes + 8.0 * p.batch;
+    const double needed = sets * (set_bytes + workspace_bytes + lse_bytes) + reference_bytes + 8.0 * p.batch;
     if (needed > 0.95 * device.free_bytes) {
         fprintf(stderr, "fmha.exe: not enough device memory: the problem needs %s (%d input set(s)%s), the device has %s free\n",
                 gib(needed).c_str(), sets, o.skip_checks ? "" : " and the fp32 reference", gib(device.free_bytes).c_str());
@@ -249,6 +279,7 @@ int run(const Options& o) {
         tensors.back()->fill(p, o.seed + i);
         tensors.back()->set_lengths(lengths);
         tensors.back()->prepare_for(*kernel);
+        if (o.lse) tensors.back()->request_lse();
     }
     const FwdParams& checked = tensors[0]->params;
     check(kernel->launch(checked, nullptr), "launching " + name);
@@ -256,14 +287,16 @@ int run(const Options& o) {
 
     int exit_code = kSuccess;
     float reference_ms = 0;
-    std::unique_ptr<DeviceBuffer> reference;
+    std::unique_ptr<Reference> reference;
     if (!o.skip_checks) {
-        reference = std::make_unique<DeviceBuffer>(size_t(reference_bytes));
-        if (!check_against_reference(p, checked, reference->get<float>(), &reference_ms)) exit_code = kChecksFailed;
+        reference = std::make_unique<Reference>(sizes, int64_t(rows), o.lse);
+        if (!check_against_reference(p, checked, *reference, &reference_ms)) exit_code = kChecksFailed;
     }
     if (!o.save_dir.empty()) {
-        save_tensors(o, *tensors[0], reference ? reference->get<float>() : nullptr, lens, name);
-        if (o.verbose >= 1) printf("Saved.........: q, k, v, o%s .npy and meta.json in %s\n", reference ? ", reference" : "", o.save_dir.c_str());
+        save_tensors(o, *tensors[0], reference.get(), lens, name);
+        if (o.verbose >= 1)
+            printf("Saved.........: q, k, v, o%s%s .npy and meta.json in %s\n", o.lse ? ", lse" : "",
+                   reference ? (o.lse ? ", reference, reference_lse" : ", reference") : "", o.save_dir.c_str());
     }
 
     const double ms = time_runs(o, *kernel, tensors, name);
@@ -283,7 +316,7 @@ int run(const Options& o) {
         for (uint16_t bits : first) printf(" %.5f", to_float(p.dtype, bits));
         if (reference) {
             std::vector<float> ref(first.size());
-            check(hipMemcpy(ref.data(), reference->get(), ref.size() * 4, hipMemcpyDeviceToHost), "copying samples");
+            check(hipMemcpy(ref.data(), reference->o.get(), ref.size() * 4, hipMemcpyDeviceToHost), "copying samples");
             printf("  reference =");
             for (float r : ref) printf(" %.5f", r);
         }

@@ -34,14 +34,18 @@ void check_width() {
         const KernelKey key{Config::dtype, Config::head_dim, Config::heads, Config::mask, Family::prefill, kArch};
         const KernelEntry prefill{key, &prefill::launch<Config, kWidth>, &prefill::workspace_size<Config, kWidth>};
         for (auto [s_q, s_kv] : {std::pair{1, 5}, std::pair{37, 101}, std::pair{130, 130}}) {
-            const CaseResult r = run_case(prefill, {problem<Config>(s_q, s_kv), {}, uint64_t(kWidth)});
+            GpuCase c{problem<Config>(s_q, s_kv), {}, uint64_t(kWidth)};
+            c.lse = s_q % 2 == 1;  // both ways, the log-sum-exps' group sums too
+            const CaseResult r = run_case(prefill, c);
             EXPECT_TRUE(r.passed) << "prefill, group width " << kWidth << ": " << r.message;
         }
         KernelEntry decode{key, &decode::launch<Config, kWidth>, &decode::workspace_size<Config, kWidth>};
         decode.key.family = Family::decode;
         // Tiny, split (3000 keys for 6 rows), and multi-pass (9 rows per KV head) problems.
         for (auto [s_q, s_kv] : {std::pair{1, 5}, std::pair{1, 3000}, std::pair{3, 101}}) {
-            const CaseResult r = run_case(decode, {problem<Config>(s_q, s_kv), {}, uint64_t(kWidth)});
+            GpuCase c{problem<Config>(s_q, s_kv), {}, uint64_t(kWidth)};
+            c.lse = s_kv != 5;
+            const CaseResult r = run_case(decode, c);
             EXPECT_TRUE(r.passed) << "decode, group width " << kWidth << ": " << r.message;
         }
     }

@@ -95,6 +95,14 @@ TEST_P(Catalogue, MatchesReferenceOnRandomShapes) {
     }
 }
 
+TEST_P(Catalogue, LogSumExpMatchesReferenceOnRandomShapes) {
+    for (GpuCase c : cases_for(kernel_->key)) {
+        c.lse = true;
+        const CaseResult r = run_case(*kernel_, c);
+        EXPECT_TRUE(r.passed) << r.message;
+    }
+}
+
 TEST_P(Catalogue, BatchTimesHeadsBeyondGridLimit) {
     // 4100 x 16 = 65,600 (b, h) pairs: more than a grid's y or z dimension can hold.
     const KernelKey& key = kernel_->key;
@@ -165,7 +173,8 @@ TEST(SplitKv, LongKeyRangesOfFewSequences) {
     if (kernels == 0) GTEST_SKIP() << "no d128 decode kernel for " << test_device().arch_name << " in this build";
 }
 
-// The device reference is itself checked against the host reference (double precision).
+// The device reference is itself checked against the host reference (double precision), its
+// log-sum-exps too.
 TEST(DeviceReference, MatchesHostReference) {
     SKIP_WITHOUT_GPU();
     for (DType dtype : {DType::fp16, DType::bf16}) {
@@ -175,10 +184,12 @@ TEST(DeviceReference, MatchesHostReference) {
             p.causal = causal, p.window = causal ? 20 : 0, p.layout = Layout::bshd;
             TensorSet tensors(p);
             tensors.fill(p, 5, 3.f);
-            DeviceBuffer device_out(4 * tensors.sizes.o);
-            check(reference_forward(tensors.params, dtype, causal, device_out.get<float>()), "reference");
-            std::vector<float> device(tensors.sizes.o);
+            DeviceBuffer device_out(4 * tensors.sizes.o), device_lse_out(4 * p.batch * p.heads_q * p.seqlen_q);
+            check(reference_forward(tensors.params, dtype, causal, device_out.get<float>(), device_lse_out.get<float>()),
+                  "reference");
+            std::vector<float> device(tensors.sizes.o), device_lse(p.batch * p.heads_q * p.seqlen_q);
             check(hipMemcpy(device.data(), device_out.get(), device.size() * 4, hipMemcpyDeviceToHost), "copy");
+            check(hipMemcpy(device_lse.data(), device_lse_out.get(), device_lse.size() * 4, hipMemcpyDeviceToHost), "copy");
 
             // Inputs to the host, in logical [b, h, s, d] order, as floats.
             auto logical = [&](const void* base, const TensorStrides& s, int heads, int seq) {
@@ -187,11 +198,14 @@ TEST(DeviceReference, MatchesHostReference) {
                 return out;
             };
             const FwdParams& f = tensors.params;
+            std::vector<float> host_lse;
             const auto host = host_reference(p, {}, logical(f.q, f.q_strides, p.heads_q, p.seqlen_q),
                                              logical(f.k, f.k_strides, p.heads_kv, p.seqlen_kv),
-                                             logical(f.v, f.v_strides, p.heads_kv, p.seqlen_kv));
+                                             logical(f.v, f.v_strides, p.heads_kv, p.seqlen_kv), &host_lse);
             ASSERT_EQ(host.size(), device.size());
             for (size_t i = 0; i < host.size(); ++i) ASSERT_NEAR(device[i], host[i], 2e-5) << "element " << i;
+            ASSERT_EQ(host_lse.size(), device_lse.size());
+            for (size_t i = 0; i < host_lse.size(); ++i) ASSERT_NEAR(device_lse[i], host_lse[i], 1e-4) << "row " << i;
         }
     }
 }

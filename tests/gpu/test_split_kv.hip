@@ -51,7 +51,7 @@ TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
         EXPECT_EQ(plan.splits, c.splits) << c.resident_groups << " resident groups";
         EXPECT_EQ(plan.block_splits, std::min(plan.splits, G));
         EXPECT_EQ(plan.items, 20 * plan.splits);
-        EXPECT_EQ(decode::workspace_bytes(p, plan) > 0, plan.splits > G);
+        EXPECT_EQ(workspace_bytes(p, plan.workspace_splits()) > 0, plan.splits > G);
     }
     // Few keys cap the splits at one per kMinKeysPerSplit keys, rounded the same way (3 -> 2).
     const FwdParams short_range = shape_params(problem<Fp16Causal>(10, 3 * T::kMinKeysPerSplit));
@@ -83,7 +83,8 @@ void check_plan_shapes() {
         {"blocks of splits combined in the workspace", 3, kTwentySplits, 20},
     };
     for (const Shape& s : shapes) {
-        const GpuCase c{problem<Config>(s.batch, s.seqlen_kv), {}, uint64_t(s.batch)};
+        GpuCase c{problem<Config>(s.batch, s.seqlen_kv), {}, uint64_t(s.batch)};
+        c.lse = true;  // each way of merging splits also yields the log-sum-exps
         const decode::Plan plan = decode::plan<Config>(shape_params(c.problem));
         EXPECT_EQ(plan.splits, s.splits) << s.what << ": " << c.describe();
         EXPECT_EQ(plan.block_splits, std::min(s.splits, groups)) << s.what << ": " << c.describe();

@@ -52,6 +52,8 @@ TEST(Cli, RunOptions) {
     EXPECT_EQ(o.problem.layout, Layout::bshd);
     EXPECT_FLOAT_EQ(o.problem.scale, 0.25f);
     EXPECT_EQ(o.min_seqlen, 3);
+    EXPECT_FALSE(o.lse);
+    EXPECT_TRUE(parse({"-lse"}).options.lse);
 }
 
 TEST(Cli, BadInputIsReportedNotGuessed) {

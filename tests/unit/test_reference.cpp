@@ -80,6 +80,29 @@ TEST(HostReference, BottomRightCausalAndEmptyRows) {
     EXPECT_FLOAT_EQ(ov[3], 0.f);
 }
 
+TEST(HostReference, LogSumExpInNaturalLog) {
+    // Scores (scale 1) 0 and ln(3): lse = ln(1 + 3). One key: its score. No key: -inf.
+    Problem p = make(1, 2, 1, false);
+    p.scale = 1.f;
+    std::vector<float> lse;
+    host_reference(p, {}, {std::log(3.f)}, {0, 1}, {4, 8}, &lse);
+    ASSERT_EQ(lse.size(), 1u);
+    EXPECT_NEAR(lse[0], std::log(4.0), 1e-6);
+    // Bottom-right causal, s_q = 2 over 2 keys with a window of 1: each row sees one key.
+    Problem c = make(2, 2, 1, true);
+    c.scale = 0.5f, c.window = 1;
+    host_reference(c, {}, {2, 4}, {1, 3}, {0, 0}, &lse);
+    EXPECT_EQ(lse, (std::vector<float>{0.5f * 2 * 1, 0.5f * 4 * 3}));
+    // Variable lengths: batch 1 has one query row and its second row sees nothing (-inf).
+    Problem v = make(2, 3, 1, false);
+    v.batch = 2, v.scale = 1.f;
+    host_reference(v, {{2, 1}, {3, 1}}, {0, 0, 0, 0}, {1, 1, 1, 1, 1, 1}, {2, 4, 9, 7, 8, 8}, &lse);
+    ASSERT_EQ(lse.size(), 4u);
+    EXPECT_NEAR(lse[0], std::log(3.0), 1e-6);  // three equal scores of 0
+    EXPECT_NEAR(lse[2], 0.0, 1e-6);            // one key, score 0
+    EXPECT_EQ(lse[3], -INFINITY);
+}
+
 TEST(HostReference, GqaQueryHeadsShareTheirKvHead) {
     Problem p = make(1, 1, 1, false);
     p.heads_q = 4, p.heads_kv = 2;

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "kernels/group.h"
-#include "kernels/numeric.h"
+#include "kernels/common/online_softmax.h"
 
 namespace fmha {
 
@@ -46,13 +46,10 @@ struct FragmentSoftmax {
         for (int r = 0; r < kRows; ++r) tile_max[r] = -INFINITY;
 #pragma unroll
         for (int e = 0; e < N; ++e) tile_max[row_of(e)] = fmaxf(tile_max[row_of(e)], s[e]);
-        float reference[kRows];  // what a row's scaled scores subtract: the new maximum, or 0 while all are masked
+        float reference[kRows];  // what a row's scaled scores subtract (raise_max)
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const float new_max = fmaxf(max[r], Group<kLanesPerRow>::max(tile_max[r]) * scale_log2);
-            reference[r] = new_max == -INFINITY ? 0.f : new_max;
-            rescale[r] = exp2_approx(max[r] - reference[r]);
-            max[r] = new_max;
+            rescale[r] = raise_max(max[r], Group<kLanesPerRow>::max(tile_max[r]) * scale_log2, reference[r]);
             sum[r] *= rescale[r];
         }
 #pragma unroll
@@ -65,11 +62,8 @@ struct FragmentSoftmax {
     // The row's whole sum of exponentials (every lane of the row gets it).
     __device__ float total(int r) const { return Group<kLanesPerRow>::sum(sum[r]); }
 
-    // The row's log-sum-exp in natural log of the unscaled-by-log2e scores, from its total;
-    // -inf where the row saw no key.
-    __device__ float lse(int r, float total_sum) const {
-        return total_sum > 0.f ? (max[r] + log2f(total_sum)) / kLog2e : -INFINITY;
-    }
+    // The row's log-sum-exp in natural log (FwdParams::lse), from its total.
+    __device__ float lse(int r, float total_sum) const { return natural_lse(max[r], total_sum); }
 };
 
 }  // namespace fmha

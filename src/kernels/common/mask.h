@@ -5,12 +5,50 @@
 // sees keys [0, len_kv); a causal row sees the `window` keys that end at its diagonal,
 // (diagonal - window, diagonal], clipped to [0, len_kv). window >= len_kv is plain causal.
 // The reference (src/reference/) keeps its own arithmetic so that it stays an independent check.
+//
+// The decode family's tensor-core loop is sensitive to how nvcc inlines these (its SASS changes
+// with an extra call level, docs/decisions.md): MaskRow::sees and VisibleKeys::add keep the
+// arithmetic in their own bodies.
 #pragma once
 
 #include <hip/hip_runtime.h>
 
+#include <cstdint>
+
 namespace fmha {
 
+// A query row as the mask sees it: its diagonal, and whether the row exists (rows past a
+// sequence's length, or past a work item's rows, see nothing).
+struct MaskRow {
+    int diagonal;
+    bool valid;
+
+    // Whether the row sees `key`, for keys below len_kv.
+    template <bool kCausal>
+    __device__ bool sees(int key, int window) const {
+        return valid && (!kCausal || (key <= diagonal && key > diagonal - window));
+    }
+};
+
+// The keys that some row of a set sees.
+template <bool kCausal>
+struct VisibleKeys {
+    int lo = INT32_MAX, hi = INT32_MIN;
+
+    __device__ void add(const MaskRow& row, int len_kv, int window) {
+        if (!row.valid) return;
+        lo = min(lo, kCausal ? row.diagonal - window + 1 : 0);
+        hi = max(hi, kCausal ? row.diagonal + 1 : len_kv);
+    }
+    // The keys some added row sees, [kv_lo, kv_hi); empty (0, 0) where none does.
+    __device__ void key_range(int len_kv, int& kv_lo, int& kv_hi) const {
+        kv_lo = max(0, lo);
+        kv_hi = min(len_kv, hi);
+        if (kv_lo >= kv_hi) kv_lo = kv_hi = 0;
+    }
+};
+
+// The mask of one sequence, by query position.
 template <bool kCausal>
 struct KeyMask {
     int len_kv;  // this sequence's keys
@@ -20,11 +58,15 @@ struct KeyMask {
     __device__ static KeyMask of(int len_q, int len_kv, int window) { return {len_kv, len_kv - len_q, window}; }
 
     __device__ int diagonal(int position) const { return position + offset; }
-    // The keys a row sees are [first_key, end_key); empty where first_key >= end_key.
-    __device__ int first_key(int position) const { return kCausal ? max(0, diagonal(position) - window + 1) : 0; }
-    __device__ int end_key(int position) const { return kCausal ? min(len_kv, diagonal(position) + 1) : len_kv; }
-    __device__ bool sees(int position, int key) const {
-        return key < len_kv && (!kCausal || (key <= diagonal(position) && key > diagonal(position) - window));
+    __device__ MaskRow row(int position) const { return {diagonal(position), true}; }
+    __device__ bool sees(int position, int key) const { return key < len_kv && row(position).template sees<kCausal>(key, window); }
+    // The keys that some row of positions [first, last] sees, [kv_lo, kv_hi) (the rows'
+    // ranges move with their diagonals, so the first and last rows bound them).
+    __device__ void key_range(int first, int last, int& kv_lo, int& kv_hi) const {
+        VisibleKeys<kCausal> keys;
+        keys.add(row(first), len_kv, window);
+        keys.add(row(last), len_kv, window);
+        keys.key_range(len_kv, kv_lo, kv_hi);
     }
 };
 

@@ -1,4 +1,4 @@
-// Per-sequence lengths (-min-s, variable lengths): what every family reads first.
+// Per-sequence lengths (variable-length batches, fmha.exe -min-s).
 #pragma once
 
 #include <hip/hip_runtime.h>

@@ -1,5 +1,5 @@
-// Warp-wide tensor-core primitives for archs whose facts say warp_mma (NVIDIA mma.sync,
-// sm_80 and later). Fragment layouts are the PTX ISA's for m16n8k16 with lane = 4 * g + t
+// NVIDIA's warp-wide mma.sync (sm_80 on; archs whose matrix core is mma_sync or wgmma, see
+// has_mma_sync()). Fragment layouts are the PTX ISA's for m16n8k16 with lane = 4 * g + t
 // (g = lane / 4 "group", t = lane % 4 "thread in group"); each 32-bit register holds two
 // 16-bit elements, the lower-indexed one in the low half:
 //   A (16 x 16, row-major):  a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
@@ -30,12 +30,12 @@ __device__ inline void mma_16x8x16(float (&acc)[4], const uint32_t (&a)[4], cons
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     }
 #else
-    static_assert(kDType != kDType, "warp MMA is an NVIDIA arch fact");
+    static_assert(kDType != kDType, "mma.sync is an NVIDIA instruction");
 #endif
 }
 
 // Transposes the 8 x 8 matrix of 16-bit elements the warp holds, one register per lane:
-// lane 4 * r + t holds row r, columns 2t and 2t + 1.
+// lane 4 * r + t holds row r, columns 2t and 2t + 1 (movmatrix: a C fragment becomes a B one).
 template <DType kDType>
 __device__ inline uint32_t transpose_8x8(uint32_t x) {
 #if defined(__HIP_PLATFORM_NVIDIA__)
@@ -43,38 +43,9 @@ __device__ inline uint32_t transpose_8x8(uint32_t x) {
     asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
     return y;
 #else
-    static_assert(kDType != kDType, "warp MMA is an NVIDIA arch fact");
+    static_assert(kDType != kDType, "movmatrix is an NVIDIA instruction");
     return x;
 #endif
 }
-
-// 16 bytes of shared memory, read at every call (a volatile load): the compiler may not keep
-// the value in registers instead, e.g. through the iterations of a loop.
-template <class Vector>
-__device__ inline Vector load_shared_volatile(const Vector* shared) {
-    static_assert(sizeof(Vector) == 16, "one 16-byte vector");
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    uint32_t w[4];
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                 : "r"(uint32_t(__cvta_generic_to_shared(shared))));
-    return Vector{w[0], w[1], w[2], w[3]};
-#else
-    static_assert(sizeof(Vector) != 16, "an NVIDIA arch fact, like warp MMA");
-    return *shared;
-#endif
-}
-
-// A barrier of the warp's lanes. On AMD, whose wavefronts run their lanes in lockstep, there
-// is nothing to wait for.
-__device__ inline void sync_warp() {
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    __syncwarp();
-#endif
-}
-
-// The low (high) 16-bit halves of a and b, as one register {a, b}.
-__device__ inline uint32_t low_halves(uint32_t a, uint32_t b) { return __byte_perm(a, b, 0x5410); }
-__device__ inline uint32_t high_halves(uint32_t a, uint32_t b) { return __byte_perm(a, b, 0x7632); }
 
 }  // namespace fmha

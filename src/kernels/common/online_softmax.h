@@ -1,0 +1,50 @@
+// The online softmax in fp32, as every family keeps it: per query row a running maximum and a
+// running sum of exp2(score - maximum), scores in the log2 domain (scale x log2(e) folded in).
+// Partial results (of key slices or key splits) carry their log2-sum-exp and merge by it.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <cmath>
+
+namespace fmha {
+
+// exp(x) = exp2(x * kLog2e): scores are kept in the log2 domain.
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// One online-softmax step: raises a row's running maximum to include step_max and returns the
+// factor that rescales what was accumulated under the old one. `reference` is what the step's
+// scores subtract before exp2: the new maximum, or 0 while every key so far is masked (-inf),
+// so that no inf - inf appears.
+__device__ inline float raise_max(float& running_max, float step_max, float& reference) {
+    const float new_max = fmaxf(running_max, step_max);
+    reference = new_max == -INFINITY ? 0.f : new_max;
+    const float rescale = exp2f(running_max - reference);
+    running_max = new_max;
+    return rescale;
+}
+
+// Merging another state (other_max, its sum and accumulators) into a running one: raises the
+// running maximum and returns the weights of both sides, sum = sum * mine + other_sum * theirs.
+struct MergeWeights {
+    float mine, theirs;
+};
+__device__ inline MergeWeights merge_max(float& running_max, float other_max) {
+    float reference;
+    const float mine = raise_max(running_max, other_max, reference);
+    return {mine, exp2f(other_max - reference)};
+}
+
+// A row's log2-sum-exp from its state, -inf where it saw no key (a partial with no weight).
+__device__ inline float partial_lse(float row_max, float row_sum) {
+    return row_sum > 0.f ? row_max + log2f(row_sum) : -INFINITY;
+}
+
+// The same in natural log, as FwdParams::lse holds it. A row's sum is at least 1 (its maximum
+// contributes exp2(0)), so the hardware's approximate log2 is exact to a few ulp here.
+__device__ inline float natural_lse(float row_max, float row_sum) {
+    return row_sum > 0.f ? (row_max + __log2f(row_sum)) * kLn2 : -INFINITY;
+}
+
+}  // namespace fmha

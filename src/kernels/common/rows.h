@@ -1,0 +1,47 @@
+// Rows of the [batch, heads, seq, head_dim] tensors: where one starts, where a query row's
+// per-row results go (its log-sum-exp), and 8-column stores of fp32 results.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <cstdint>
+
+#include "fmha/params.h"
+#include "kernels/common/online_softmax.h"
+#include "kernels/numeric.h"
+
+namespace fmha {
+
+// Element 0 of row (batch, head, position) of a tensor.
+template <class Element>
+__device__ inline Element* row_start(Element* base, const TensorStrides& s, int64_t batch, int head, int position) {
+    return base + batch * s.batch + int64_t(head) * s.head + int64_t(position) * s.row;
+}
+
+// The index of query row (batch, head, position) in contiguous [batch, heads_q, seqlen_q]
+// arrays: FwdParams::lse and the split workspace.
+__device__ inline int64_t query_row_index(const FwdParams& p, int64_t batch, int head, int position) {
+    return (batch * p.heads_q + head) * p.seqlen_q + position;
+}
+
+// A finished row's log-sum-exp (from its log2-domain state) to FwdParams::lse, where the launch
+// asks for it. Behind a run-time branch: a launch without it pays nothing else.
+__device__ inline void store_lse(const FwdParams& p, int64_t batch, int head, int position, float row_max, float row_sum) {
+    if (p.lse) p.lse[query_row_index(p, batch, head, position)] = natural_lse(row_max, row_sum);
+}
+
+// Eight results, each times inv, as fp32 to dst (16-byte aligned).
+__device__ inline void store8_fp32(float* dst, const float (&x)[8], float inv) {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+}
+
+// Eight results of row (batch, head, position) of O, from head-dim `column` on, each times inv.
+template <class Config>
+__device__ inline void store8_output(const FwdParams& p, int64_t batch, int head, int position, int column,
+                                     const float (&x)[8], float inv) {
+    uint16_t* out = row_start(static_cast<uint16_t*>(p.o), p.o_strides, batch, head, position);
+    *reinterpret_cast<uint4*>(out + column) = pack8<DTypeTraits<Config::dtype>>(x, inv);
+}
+
+}  // namespace fmha

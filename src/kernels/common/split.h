@@ -1,0 +1,124 @@
+// Key ranges split across groups or blocks: each split yields, per query row, an fp32 partial
+// output (normalised by its own sum) and its log2-sum-exp; merging weights each partial by
+// exp2(lse - max lse). Partials that a launch cannot merge in its blocks go to a workspace in
+// device memory, and combine_kernel merges them into O.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "fmha/params.h"
+#include "kernels/common/rows.h"
+#include "kernels/common/schedule.h"
+#include "kernels/common/sequence.h"
+#include "kernels/group.h"
+
+namespace fmha {
+
+// Steps of keys_per_step keys from kv_lo that split `split` of `splits` takes: every splits-th
+// one, so the splits of an item read neighbouring keys at any time (docs/decisions.md).
+__device__ inline int split_steps(int kv_lo, int kv_hi, int keys_per_step, int split, int splits) {
+    const int total = (kv_hi - kv_lo + keys_per_step - 1) / keys_per_step;
+    return total > split ? (total - split + splits - 1) / splits : 0;
+}
+
+// The workspace of a launch with n partials per query row (n > 1): fp32 partial outputs
+// [row][n][head_dim], then the partial log2-sum-exps [row][n], where row is query_row_index().
+inline size_t workspace_bytes(const FwdParams& p, int n) {
+    if (n == 1) return 0;
+    const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
+    return rows * n * (size_t(p.head_dim) + 1) * sizeof(float);
+}
+
+// The two parts of the workspace (layout: workspace_bytes), indexed by slot = row x n + partial.
+struct SplitWorkspace {
+    float* partials;  // [slot][head_dim]
+    float* lses;      // [slot]
+
+    __device__ SplitWorkspace(const FwdParams& p, int n) {
+        partials = static_cast<float*>(p.workspace);
+        lses = partials + int64_t(p.batch) * p.heads_q * p.seqlen_q * n * p.head_dim;
+    }
+};
+
+// Merges n partials of a row: out = the sum of exp2(lse - max lse) x partial over 8 columns,
+// the partials `stride` floats apart, their log2-sum-exps `lse_stride` apart. Returns the
+// weights' sum and the max lse (the merged log2-sum-exp is max + log2(total)).
+struct Merged {
+    float max_lse, total;
+};
+__device__ inline Merged merge_partials(const float* lse, int lse_stride, const float* partial, int64_t stride, int n,
+                                        float (&out)[8]) {
+    Merged m{-INFINITY, 0.f};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = 0.f;
+    for (int s = 0; s < n; ++s) m.max_lse = fmaxf(m.max_lse, lse[s * lse_stride]);
+    if (m.max_lse == -INFINITY) return m;
+    for (int s = 0; s < n; ++s) {
+        const float weight = exp2f(lse[s * lse_stride] - m.max_lse);
+        if (weight == 0.f) continue;  // a split that saw no key: its partial holds zeros anyway
+        m.total += weight;
+        const float4 a = reinterpret_cast<const float4*>(partial + s * stride)[0];
+        const float4 b = reinterpret_cast<const float4*>(partial + s * stride)[1];
+        const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[e] = fmaf(weight, x[e], out[e]);
+    }
+    return m;
+}
+
+// Combines each row's n partials in the workspace into O (and FwdParams::lse). A team of
+// kCombineLanes lanes takes 8 columns of a row: lane l merges partials l, l + kCombineLanes,
+// ..., then the team merges its lanes' results by shuffles, so that few rows with many
+// partials still spread over many lanes (docs/decisions.md). One instantiation serves every
+// variant of a config.
+inline constexpr int kCombineLanes = 8;
+inline constexpr int kCombineThreads = 256;  // per block
+
+template <class Config>
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const FwdParams p, const int n) {
+    using Team = Group<kCombineLanes>;
+    constexpr int kVecsPerRow = Config::head_dim / 8;
+    const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+    const int64_t units = rows_total * kVecsPerRow * kCombineLanes;
+    // Whole blocks take each trip: the shuffles need every lane of the wave.
+    const int64_t trips_end = (units + kCombineThreads - 1) / kCombineThreads * kCombineThreads;
+    const SplitWorkspace workspace(p, n);
+    for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < trips_end;
+         index += int64_t(gridDim.x) * blockDim.x) {
+        const int lane = int(index % kCombineLanes);
+        const DivMod by_column = divmod(min(index, units - 1) / kCombineLanes, kVecsPerRow);
+        const DivMod by_position = divmod(by_column.quotient, p.seqlen_q);
+        const DivMod by_head = divmod(by_position.quotient, p.heads_q);
+        const int64_t row = by_column.quotient, batch = by_head.quotient;
+        const int column = by_column.remainder * 8, position = by_position.remainder, head = by_head.remainder;
+        // Rows past their sequence's length were never written (uniform over a team).
+        const bool valid = index < units && position < sequence_length(p.seqlens_q, batch, p.seqlen_q);
+        const int mine = valid && lane < n ? (n - lane + kCombineLanes - 1) / kCombineLanes : 0;
+        float out[8];
+        const Merged m = merge_partials(workspace.lses + row * n + lane, kCombineLanes,
+                                        workspace.partials + (row * n + lane) * Config::head_dim + column,
+                                        int64_t(kCombineLanes) * Config::head_dim, mine, out);
+        const float max_lse = Team::max(m.max_lse);
+        const float scale = m.max_lse == -INFINITY ? 0.f : exp2f(m.max_lse - max_lse);
+        const float total = Team::sum(m.total * scale);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[e] = Team::sum(out[e] * scale);
+        if (valid && lane == 0) {
+            store8_output<Config>(p, batch, head, position, column, out, total > 0.f ? 1.f / total : 0.f);
+            if (column == 0) store_lse(p, batch, head, position, max_lse, total);
+        }
+    }
+}
+
+// Launches combine_kernel for a launch with n partials per row in p.workspace.
+template <class Config>
+hipError_t launch_combine(const FwdParams& p, int n, hipStream_t stream) {
+    const int64_t lanes = int64_t(p.batch) * p.heads_q * p.seqlen_q * (Config::head_dim / 8) * kCombineLanes;
+    combine_kernel<Config><<<grid_blocks(lanes, kCombineThreads, kCombineThreads), kCombineThreads, 0, stream>>>(p, n);
+    return hipGetLastError();
+}
+
+}  // namespace fmha

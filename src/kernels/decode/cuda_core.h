@@ -1,0 +1,202 @@
+// The decode family's CUDA-core variants (short keys, and long keys where the arch or the group
+// width has no warp MMA): teams of lanes hold key rows, fp32 dot products and online softmax.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/config.h"
+#include "kernels/decode/work_item.h"
+#include "kernels/numeric.h"
+
+namespace fmha {
+namespace decode {
+
+template <class T, class Numeric>
+__device__ inline float dot(const uint4 (&a)[T::kVecsPerLane], const uint4 (&b)[T::kVecsPerLane]) {
+    float sum = 0.f;
+#pragma unroll
+    for (int v = 0; v < T::kVecsPerLane; ++v) {
+        const uint32_t aw[4] = {a[v].x, a[v].y, a[v].z, a[v].w}, bw[4] = {b[v].x, b[v].y, b[v].z, b[v].w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const float2 x = Numeric::unpack2(aw[w]), y = Numeric::unpack2(bw[w]);
+            sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
+        }
+    }
+    return sum;
+}
+
+template <class T, class Config>
+__global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, const Plan plan) {
+    constexpr int GroupWidth = T::kGroupWidth;
+    using Numeric = DTypeTraits<Config::dtype>;
+    using Team = Group<T::kTeamWidth>;
+    constexpr int R = T::kRows, U = T::kKeysPerSlice, V = T::kVecsPerLane;
+    constexpr bool kCausal = Config::mask == Mask::causal;
+
+    const int lane = threadIdx.x % GroupWidth;
+    const int slice = lane / T::kTeamWidth;
+    const int team_lane = lane % T::kTeamWidth;
+    const int group_in_block = threadIdx.x / GroupWidth;
+    const float scale_log2 = p.scale * kLog2e;
+    const auto* q_base = static_cast<const uint16_t*>(p.q);
+    const auto* k_base = static_cast<const uint16_t*>(p.k);
+    const auto* v_base = static_cast<const uint16_t*>(p.v);
+    extern __shared__ float4 block_shared[];  // split launches: BlockPartials
+    const BlockPartials<T> block(reinterpret_cast<float*>(block_shared));
+
+    // Column of this lane's vector v (lanes past the head dimension hold zeros).
+    auto column = [&](int v) { return (v * T::kTeamWidth + team_lane) * T::kVec; };
+
+    for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
+         first += int64_t(gridDim.x) * T::kGroups) {
+        const WorkItem item = locate(p, plan, first + group_in_block);
+        const RowSink<T, Config> sink{p, plan, item, block, group_in_block};
+
+        // This pass's rows, and the key range of the pass within its split.
+        QueryRow rows[R];
+        VisibleKeys<kCausal> visible;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            rows[r] = query_row(item, item.pass * R + r);
+            visible.add(rows[r], item.len_kv, p.window);
+        }
+        int kv_lo, kv_hi;
+        visible.key_range(item.len_kv, kv_lo, kv_hi);
+
+        uint4 q[R][V];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint16_t* row = row_start(q_base, p.q_strides, item.batch, rows[r].head, rows[r].position);
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                q[r][v] = make_uint4(0, 0, 0, 0);
+                if (rows[r].valid && column(v) < T::kHeadDim) q[r][v] = *reinterpret_cast<const uint4*>(row + column(v));
+            }
+        }
+
+        float row_max[R], row_sum[R], acc[R][V][T::kVec];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            row_max[r] = -INFINITY;
+            row_sum[r] = 0.f;
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+#pragma unroll
+                for (int e = 0; e < T::kVec; ++e) acc[r][v][e] = 0.f;
+            }
+        }
+
+        // Slice s stores rows r with r % kSlices == s. A row that saw no key gets zeros.
+        auto store_row = [&](int r) {
+            if (!rows[r].valid || r % T::kSlices != slice) return;
+            const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                if (column(v) < T::kHeadDim) sink.store8(r, rows[r], column(v), acc[r][v], inv);
+            }
+            if (team_lane == 0) sink.store_lse(r, rows[r], row_max[r], row_sum[r]);
+        };
+
+        const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
+        const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
+        auto process_step = [&](int step) {
+            const int first_key = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
+            // Issue every load of the step before any use.
+            uint4 k[U][V], val[U][V];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int key = first_key + u * T::kSlices + slice;
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                    k[u][v] = val[u][v] = make_uint4(0, 0, 0, 0);
+                    if (key < kv_hi && column(v) < T::kHeadDim) {
+                        k[u][v] = *reinterpret_cast<const uint4*>(k_rows + int64_t(key) * p.k_strides.row + column(v));
+                        val[u][v] = *reinterpret_cast<const uint4*>(v_rows + int64_t(key) * p.v_strides.row + column(v));
+                    }
+                }
+            }
+
+            // Per row: scores in the log2 domain (keys outside the row's view get -inf), then
+            // the online softmax, which rescales what was accumulated to the new running maximum.
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float score[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int key = first_key + u * T::kSlices + slice;
+                    const float s = Team::sum(dot<T, Numeric>(q[r], k[u]));
+                    score[u] = key < kv_hi && rows[r].template sees<kCausal>(key, p.window) ? s * scale_log2 : -INFINITY;
+                }
+                float step_max = score[0];
+#pragma unroll
+                for (int u = 1; u < U; ++u) step_max = fmaxf(step_max, score[u]);
+                float reference;
+                const float rescale = raise_max(row_max[r], step_max, reference);
+                row_sum[r] *= rescale;
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+#pragma unroll
+                    for (int e = 0; e < T::kVec; ++e) acc[r][v][e] *= rescale;
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const float prob = exp2f(score[u] - reference);
+                    row_sum[r] += prob;
+#pragma unroll
+                    for (int v = 0; v < V; ++v) {
+                        float x[8];
+                        unpack8<Numeric>(val[u][v], x);
+#pragma unroll
+                        for (int e = 0; e < T::kVec; ++e) acc[r][v][e] = fmaf(prob, x[e], acc[r][v][e]);
+                    }
+                }
+                // With every key in this one step, the row is done: storing it now frees its
+                // registers for the next row.
+                if constexpr (T::kShortKeys) store_row(r);
+            }
+        };
+        // The short-keys variant has every key in one step: no loop, so the query rows
+        // need no registers past their scores. Keys past kv_hi load nothing and score -inf,
+        // so an empty key range (an inactive item, a row with no key) needs no branch, and the
+        // loads wait for no wave-wide trip count (docs/decisions.md).
+        if constexpr (T::kShortKeys) {
+            process_step(0);
+        } else {
+            const int steps = uniform_trip_count<T>(split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits));
+            for (int step = 0; step < steps; ++step) process_step(step);
+        }
+
+        // Merge the slices' softmax states (butterfly: every slice ends with the total).
+#pragma unroll
+        for (int offset = T::kTeamWidth; offset < GroupWidth; offset *= 2) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const float other_max = __shfl_xor(row_max[r], offset, GroupWidth);
+                const float other_sum = __shfl_xor(row_sum[r], offset, GroupWidth);
+                const MergeWeights w = merge_max(row_max[r], other_max);
+                row_sum[r] = row_sum[r] * w.mine + other_sum * w.theirs;
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+#pragma unroll
+                    for (int e = 0; e < T::kVec; ++e)
+                        acc[r][v][e] = acc[r][v][e] * w.mine + __shfl_xor(acc[r][v][e], offset, GroupWidth) * w.theirs;
+                }
+            }
+        }
+
+        if constexpr (!T::kShortKeys) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) store_row(r);
+        }
+        if constexpr (kMergesInBlock<T>) {
+            if (plan.block_splits > 1) merge_block<T, Config>(p, plan, first, block);
+        }
+    }
+}
+
+}  // namespace decode
+}  // namespace fmha

@@ -1,0 +1,83 @@
+// How a decode launch divides its work (rows in passes, keys in splits), computed on the host,
+// and the shared-memory buffer in which a block merges the splits its groups computed.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "fmha/params.h"
+#include "kernels/decode/shape.h"
+
+namespace fmha {
+namespace decode {
+
+// How one launch divides the work; computed on the host, identical in every kernel of it.
+struct Plan {
+    int passes;          // row passes per (batch, KV head)
+    int splits;          // key splits per (batch, KV head, pass): split s takes steps s, s + splits, ...
+    int block_splits;    // consecutive splits one block merges in shared memory (1: none)
+    int64_t items;       // batch x heads_kv x passes x splits, split fastest
+
+    // Partials per row that go through the workspace and the combine kernel (1: none).
+    __host__ __device__ int workspace_splits() const { return splits / block_splits; }
+};
+
+// A split launch's partials of one block in shared memory: per group, the partial outputs
+// [row of the pass][head_dim] and log2-sum-exps [row of the pass].
+template <class T>
+struct BlockPartials {
+    static constexpr size_t kBytes = size_t(T::kGroups) * T::kRows * (T::kHeadDim + 1) * sizeof(float);
+    float* partials;
+    float* lses;
+
+    __device__ explicit BlockPartials(float* shared) : partials(shared), lses(shared + T::kGroups * T::kRows * T::kHeadDim) {}
+    __device__ float* partial(int group, int row) const { return partials + (group * T::kRows + row) * T::kHeadDim; }
+    __device__ float& lse(int group, int row) const { return lses[group * T::kRows + row]; }
+};
+
+// Whether a variant's launches may split the key range: not the short-keys one, whose keys
+// are one step (its code holds no split paths).
+template <class T>
+inline constexpr bool kSplits = !T::kShortKeys;
+
+// Whether a variant's blocks merge their splits in shared memory: not where the buffer would
+// be too large (its splits all go to the workspace).
+template <class T>
+inline constexpr bool kMergesInBlock = kSplits<T> && BlockPartials<T>::kBytes <= T::kMaxBlockPartialBytes;
+
+// The dynamic shared memory of a launch that merges splits in its blocks.
+template <class T>
+inline constexpr size_t kMergeSharedBytes = kMergesInBlock<T> ? BlockPartials<T>::kBytes : 0;
+
+// Query rows that read one KV head, and the row-pass size the launcher instantiates for them.
+inline int rows_per_kv_head(const FwdParams& p) { return p.heads_q / p.heads_kv * p.seqlen_q; }
+inline int rows_per_pass(const FwdParams& p) {
+    const int rows = rows_per_kv_head(p);
+    return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
+}
+
+// resident_groups: how many groups of this variant the device runs at once.
+template <class T>
+Plan make_plan(const FwdParams& p, int64_t resident_groups) {
+    Plan plan;
+    plan.passes = (rows_per_kv_head(p) + T::kRows - 1) / T::kRows;
+    const int64_t base_items = int64_t(p.batch) * p.heads_kv * plan.passes;
+    // When the (batch, KV head, pass) items leave resident groups idle, split the key range so
+    // that one wave of groups has work; a partial second wave would idle most of the device.
+    int splits = 1;
+    if (kSplits<T> && base_items < resident_groups) {
+        const int64_t by_length = (p.seqlen_kv + T::kMinKeysPerSplit - 1) / T::kMinKeysPerSplit;
+        splits = int(std::max<int64_t>(1, std::min<int64_t>({resident_groups / base_items, by_length, T::kMaxSplits})));
+        // Blocks hold whole items' splits (fewer than a block's groups) or whole blocks of them.
+        splits = splits < T::kGroups ? pow2_at_most(splits) : splits / T::kGroups * T::kGroups;
+    }
+    plan.splits = splits;
+    plan.block_splits = kMergesInBlock<T> ? min_of(splits, T::kGroups) : 1;
+    plan.items = base_items * splits;
+    return plan;
+}
+
+}  // namespace decode
+}  // namespace fmha

@@ -1,0 +1,249 @@
+// The decode family's tensor-core variant (NVIDIA mma.sync): long key ranges, a warp per work item.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common/memory.h"
+#include "kernels/config.h"
+#include "kernels/decode/work_item.h"
+#include "kernels/group.h"
+#include "kernels/mma/mma_sync.h"
+#include "kernels/numeric.h"
+
+namespace fmha {
+namespace decode {
+
+// The tensor-core variant, for archs with mma.sync and key ranges longer than a step: the
+// CUDA-core variant pays a shuffle reduction and conversions for every key and row, more
+// instructions per byte than the memory system needs at long key ranges. Here a warp owns a
+// work item and, per step of 16 keys, computes S^T = K Q^T and O^T += V^T P^T with m16n8k16
+// MMAs (mma/mma_sync.h): keys and head dims on the M side, the pass's query rows (8 per row tile)
+// on N. Loads go straight from memory into fragments. The order of head dims within a dot
+// product is free, so K and Q fragments are plain 16-byte vectors (lane 4g + t: keys g and
+// g + 8, vectors 4i + t of the row); a V^T register pairs two keys, built from two 16-byte
+// rows by one byte permute (lane 4g + t: keys 2t, 2t + 1, 2t + 8, 2t + 9, vectors g + 8j).
+template <class Config, int RowTiles>
+struct MmaTraits : BlockShape {
+    static constexpr int kHeadDim = Config::head_dim;
+    static constexpr int kGroupWidth = 32;  // a warp
+    static constexpr int kGroups = kThreads / kGroupWidth;
+    static constexpr int kVec = vector_bytes(Config::arch) / 2;
+    static constexpr int kVecsPerRow = kHeadDim / kVec;
+    static constexpr int kRowTiles = RowTiles;
+    static constexpr int kRows = 8 * RowTiles;  // rows per pass
+    static constexpr int kKeysPerStep = 16;
+    static constexpr int kKVectors = kHeadDim / 32;  // per key and lane (and per Q row)
+    static constexpr int kVVectors = kHeadDim / 64;  // per key and lane
+    static constexpr int kDimTiles = kHeadDim / 16;  // M tiles of O^T
+    static constexpr bool kWarpMma = true;
+    static constexpr bool kShortKeys = false;
+    // One row tile fits 128 registers: 4 blocks (16 warps) per multiprocessor; asking for it
+    // measured faster on the long-KV cases (docs/decisions.md).
+    static constexpr int kMinBlocks = RowTiles == 1 ? 4 : 1;
+    // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
+    // of the key loop measured faster; two row tiles (registers to spare at 1 block per
+    // multiprocessor) measured slower with it (docs/decisions.md).
+    static constexpr bool kQueryInShared = RowTiles == 1;
+
+    static_assert(kVec == 8 && kHeadDim % 64 == 0, "fragments are built from 16-byte vectors");
+    static_assert(wave_size(Config::arch) == kGroupWidth, "MMAs take a whole warp");
+};
+
+// Word w (0..3) of a 16-byte vector.
+__device__ inline uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
+
+// A lane's Q^T fragments (B of S^T = K Q^T), [row tile][vector]: in registers or, where
+// T::kQueryInShared, in the lane's own slots of shared memory, read back at every use.
+template <class T>
+struct QueryFragments {
+    using Shared = uint4[T::kRowTiles][T::kKVectors][32];  // [row tile][vector][lane]
+    uint4 registers[T::kQueryInShared ? 1 : T::kRowTiles][T::kKVectors];
+    Shared& shared;
+    int lane;
+
+    __device__ QueryFragments(Shared& warp_slots, int lane_) : shared(warp_slots), lane(lane_) {}
+    __device__ void set(int rt, int i, const uint4& x) {
+        if constexpr (T::kQueryInShared) shared[rt][i][lane] = x;
+        else registers[rt][i] = x;
+    }
+    __device__ uint4 get(int rt, int i) const {
+        if constexpr (T::kQueryInShared) return load_shared_volatile(&shared[rt][i][lane]);
+        else return registers[rt][i];
+    }
+};
+
+template <class T, class Config>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(const FwdParams p, const Plan plan) {
+    constexpr DType kDType = Config::dtype;
+    using Numeric = DTypeTraits<kDType>;
+    constexpr int RT = T::kRowTiles, KV = T::kKVectors, VV = T::kVVectors, kTiles = T::kDimTiles;
+    constexpr bool kCausal = Config::mask == Mask::causal;
+
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warp_in_block = threadIdx.x / 32;
+    const float scale_log2 = p.scale * kLog2e;
+    const auto* q_base = static_cast<const uint16_t*>(p.q);
+    const auto* k_base = static_cast<const uint16_t*>(p.k);
+    const auto* v_base = static_cast<const uint16_t*>(p.v);
+    extern __shared__ float4 block_shared[];  // split launches: BlockPartials
+    const BlockPartials<T> block(reinterpret_cast<float*>(block_shared));
+    __shared__ typename QueryFragments<T>::Shared query_shared[T::kQueryInShared ? T::kGroups : 1];
+
+    for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
+         first += int64_t(gridDim.x) * T::kGroups) {
+        const WorkItem item = locate(p, plan, first + warp_in_block);
+        const RowSink<T, Config> sink{p, plan, item, block, warp_in_block};
+        auto row_at = [&](int r) { return query_row(item, item.pass * T::kRows + r); };
+
+        VisibleKeys<kCausal> visible;
+        for (int r = 0; r < T::kRows; ++r) visible.add(row_at(r), item.len_kv, p.window);
+        int kv_lo, kv_hi;
+        visible.key_range(item.len_kv, kv_lo, kv_hi);
+
+        // Q^T fragments: row 8 rt + g, vectors 4i + t. Rows past the pass's end are zeros; they
+        // compute scores nobody stores.
+        QueryFragments<T> q(query_shared[T::kQueryInShared ? warp_in_block : 0], lane);
+        // The rows of this lane's scores and outputs: 8 rt + 2t + e.
+        QueryRow mine[RT][2];
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+            const QueryRow row = row_at(8 * rt + g);
+            const uint16_t* src = row_start(q_base, p.q_strides, item.batch, row.head, row.position);
+#pragma unroll
+            for (int i = 0; i < KV; ++i)
+                q.set(rt, i, row.valid ? *reinterpret_cast<const uint4*>(src + (4 * i + t) * 8) : make_uint4(0, 0, 0, 0));
+            mine[rt][0] = row_at(8 * rt + 2 * t);
+            mine[rt][1] = row_at(8 * rt + 2 * t + 1);
+        }
+
+        float row_max[RT][2], row_sum[RT][2], acc[RT][kTiles][4];
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) row_max[rt][e] = -INFINITY, row_sum[rt][e] = 0.f;
+#pragma unroll
+            for (int m = 0; m < kTiles; ++m) acc[rt][m][0] = acc[rt][m][1] = acc[rt][m][2] = acc[rt][m][3] = 0.f;
+        }
+
+        // Orders nothing (a lane reads back only its own slots), but ptxas schedules the key loop
+        // after it differently: without it Q in shared memory measured no faster (docs/decisions.md).
+        if constexpr (T::kQueryInShared) sync_warp();
+        const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
+        const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
+        const int steps = split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits);
+        for (int step = 0; step < steps; ++step) {
+            const int base = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
+            // Every load of the step first: K keys base + g + 8h; V keys base + 2t + (s & 1) + 8 (s / 2).
+            uint4 k[2][KV], v[4][VV];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int key = base + g + 8 * h;
+#pragma unroll
+                for (int i = 0; i < KV; ++i)
+                    k[h][i] = key < kv_hi ? *reinterpret_cast<const uint4*>(k_rows + int64_t(key) * p.k_strides.row + (4 * i + t) * 8)
+                                          : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                const int key = base + 2 * t + (s & 1) + 8 * (s / 2);
+#pragma unroll
+                for (int j = 0; j < VV; ++j)
+                    v[s][j] = key < kv_hi ? *reinterpret_cast<const uint4*>(v_rows + int64_t(key) * p.v_strides.row + (g + 8 * j) * 8)
+                                          : make_uint4(0, 0, 0, 0);
+            }
+
+            // V^T fragments, shared by the row tiles. Tile 4j + w holds head dims
+            // 8 (g + 8j) + 2w (A row g: low halves) and that + 1 (A row g + 8: high halves).
+            uint32_t vt[kTiles][4];
+#pragma unroll
+            for (int j = 0; j < VV; ++j) {
+#pragma unroll
+                for (int w = 0; w < 4; ++w) {
+                    const uint32_t k0 = word(v[0][j], w), k1 = word(v[1][j], w), k8 = word(v[2][j], w), k9 = word(v[3][j], w);
+                    vt[4 * j + w][0] = low_halves(k0, k1);
+                    vt[4 * j + w][1] = high_halves(k0, k1);
+                    vt[4 * j + w][2] = low_halves(k8, k9);
+                    vt[4 * j + w][3] = high_halves(k8, k9);
+                }
+            }
+
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt) {
+                // s[2h + e]: key base + g + 8h, row 8 rt + 2t + e.
+                float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int i = 0; i < KV; ++i) {
+                    const uint4 qi = q.get(rt, i);
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const uint32_t a[4] = {word(k[0][i], 2 * half), word(k[1][i], 2 * half),
+                                               word(k[0][i], 2 * half + 1), word(k[1][i], 2 * half + 1)};
+                        const uint32_t b[2] = {word(qi, 2 * half), word(qi, 2 * half + 1)};
+                        mma_16x8x16<kDType>(s, a, b);
+                    }
+                }
+
+                // Online softmax per row; a row's 16 scores are spread over the 8 lanes of its t.
+                float prob[4];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float score[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int key = base + g + 8 * h;
+                        score[h] = key < kv_hi && mine[rt][e].template sees<kCausal>(key, p.window) ? s[2 * h + e] * scale_log2
+                                                                                                     : -INFINITY;
+                    }
+                    float step_max = fmaxf(score[0], score[1]);
+#pragma unroll
+                    for (int offset = 4; offset < 32; offset *= 2) step_max = fmaxf(step_max, __shfl_xor(step_max, offset));
+                    float reference;
+                    const float rescale = raise_max(row_max[rt][e], step_max, reference);
+                    prob[e] = exp2f(score[0] - reference);
+                    prob[2 + e] = exp2f(score[1] - reference);
+                    row_sum[rt][e] = row_sum[rt][e] * rescale + prob[e] + prob[2 + e];  // this lane's part
+#pragma unroll
+                    for (int m = 0; m < kTiles; ++m) acc[rt][m][e] *= rescale, acc[rt][m][2 + e] *= rescale;
+                }
+
+                // P^T as B: lanes hold P^T[key][row] pairs over rows; a transpose pairs them over keys.
+                const uint32_t pb[2] = {
+                    transpose_8x8<kDType>(pack2<Numeric>(prob[0], prob[1])),
+                    transpose_8x8<kDType>(pack2<Numeric>(prob[2], prob[3]))};
+#pragma unroll
+                for (int m = 0; m < kTiles; ++m) mma_16x8x16<kDType>(acc[rt][m], vt[m], pb);
+            }
+        }
+
+        // Store: lane 4g + t holds rows 8 rt + 2t + e, head dims 8 (g + 8j) + 2w (acc[..][4j + w][e])
+        // and + 1 (acc[..][4j + w][2 + e]). A row that saw no key gets zeros.
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float sum = row_sum[rt][e];
+#pragma unroll
+                for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor(sum, offset);
+                if (!mine[rt][e].valid) continue;
+                const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+                for (int j = 0; j < VV; ++j) {
+                    float x[8];
+#pragma unroll
+                    for (int w = 0; w < 4; ++w) x[2 * w] = acc[rt][4 * j + w][e], x[2 * w + 1] = acc[rt][4 * j + w][2 + e];
+                    sink.store8(8 * rt + 2 * t + e, mine[rt][e], 8 * (g + 8 * j), x, inv);
+                }
+                if (g == 0) sink.store_lse(8 * rt + 2 * t + e, mine[rt][e], row_max[rt][e], sum);
+            }
+        }
+        if constexpr (kMergesInBlock<T>) {
+            if (plan.block_splits > 1) merge_block<T, Config>(p, plan, first, block);
+        }
+    }
+}
+
+}  // namespace decode
+}  // namespace fmha
