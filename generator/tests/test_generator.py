@@ -70,26 +70,19 @@ def test_invalid_added_values_are_an_error_not_dropped():
         enumerate_configs(axes)
 
 
-# A family that, like the tensor-core prefill families, needs a matrix core and k steps of 16.
-TENSOR_FAMILY = Family("tensortest", 16, 256, "test family", matrix_cores=("wgmma",))
+# The tensor-core prefill family needs a matrix core (wgmma: sm90 only) and k steps of 16.
+TENSOR_FAMILY = "mmaprefill"
 
 
-@pytest.fixture
-def tensor_family(monkeypatch):
-    monkeypatch.setitem(catalogue.FAMILIES, TENSOR_FAMILY.name, TENSOR_FAMILY)
-    return dict(DEFAULT_AXES, family=DEFAULT_AXES["family"] + (TENSOR_FAMILY.name,))
-
-
-def test_a_family_skips_archs_without_its_matrix_core(tensor_family):
-    selection = select(tensor_family)
-    archs = {c.arch for c in selection.configs if c.family == TENSOR_FAMILY.name}
+def test_a_family_skips_archs_without_its_matrix_core():
+    selection = select()
+    archs = {c.arch for c in selection.configs if c.family == TENSOR_FAMILY}
     assert archs == {a.name for a in ARCHS.values() if a.matrix_core == "wgmma"} == {"sm90"}
-    assert len(selection.configs) == len(default_configs()) + 2 * 3 * 3 * 2
-    assert selection.skip_notes() == [
-        "tensortest skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma)"]
+    assert len([c for c in selection.configs if c.family == TENSOR_FAMILY]) == 2 * 3 * 3 * 2
+    assert "mmaprefill skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma)" in selection.skip_notes()
     with pytest.raises(ValueError, match="needs matrix core wgmma"):
-        KernelConfig.from_name("fmha_fwd_fp16_d64_gqa_nomask_tensortest_gfx90a")
-    assert validate(KernelConfig("fp16", 64, "gqa", "nomask", "tensortest", "sm90")) == []
+        KernelConfig.from_name("fmha_fwd_fp16_d64_gqa_nomask_mmaprefill_gfx90a")
+    assert validate(KernelConfig("fp16", 64, "gqa", "nomask", "mmaprefill", "sm90")) == []
 
 
 def test_a_family_may_name_several_matrix_cores(monkeypatch):
@@ -99,29 +92,29 @@ def test_a_family_may_name_several_matrix_cores(monkeypatch):
     assert {c.arch for c in selection.configs} == set(ARCHS) and selection.skip_notes() == []
 
 
-def test_a_head_dim_some_family_builds_is_skipped_by_the_others(tensor_family):
-    selection = select(dict(tensor_family, head_dim=(64, 72), arch=("sm90",)))
+def test_a_head_dim_some_family_builds_is_skipped_by_the_others():
+    selection = select(dict(DEFAULT_AXES, head_dim=(64, 72), arch=("sm90",)))
     assert {c.family for c in selection.configs if c.head_dim == 72} == {"prefill", "decode"}
-    assert {c.family for c in selection.configs if c.head_dim == 64} == {"prefill", "decode", "tensortest"}
-    assert selection.skip_notes() == ["tensortest skips head_dim 72 (needs a multiple of 16 up to 256)"]
+    assert {c.family for c in selection.configs if c.head_dim == 64} == {"prefill", "decode", "mmaprefill"}
+    assert selection.skip_notes() == ["mmaprefill skips head_dim 72 (needs a multiple of 16 up to 256)"]
 
 
 @pytest.mark.parametrize("axes, message", [
     (dict(head_dim=(64, 100)), "head_dim 100: no family offers it (decode: needs a multiple of 8 up to 256; "
-                               "prefill: needs a multiple of 8 up to 256; tensortest: needs a multiple of 16"),
-    (dict(family=("tensortest",), head_dim=(64, 72)), "head_dim 72: no family offers it (tensortest: "),
-    (dict(family=("tensortest",), arch=("gfx90a", "sm90")), "arch gfx90a: no family offers it (tensortest: needs matrix core wgmma"),
+                               "mmaprefill: needs a multiple of 16 up to 256; prefill: needs a multiple of 8"),
+    (dict(family=("mmaprefill",), head_dim=(64, 72)), "head_dim 72: no family offers it (mmaprefill: "),
+    (dict(family=("mmaprefill",), arch=("gfx90a", "sm90")), "arch gfx90a: no family offers it (mmaprefill: needs matrix core wgmma"),
 ])
-def test_a_value_no_family_builds_is_an_error(tensor_family, axes, message):
+def test_a_value_no_family_builds_is_an_error(axes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        select(dict(tensor_family, **axes))
+        select(dict(DEFAULT_AXES, **axes))
 
 
-def test_cli_says_which_families_skip_what(tensor_family, tmp_path, capsys):
-    assert cli.main(["--families", "tensortest", "--out", str(tmp_path)]) == 0
-    assert "tensortest skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma" in capsys.readouterr().out
-    assert cli.main(["--families", "tensortest", "--list", "--out", str(tmp_path)]) == 0
-    assert "tensortest skips arch gfx908" in capsys.readouterr().err
+def test_cli_says_which_families_skip_what(tmp_path, capsys):
+    assert cli.main(["--families", "mmaprefill", "--out", str(tmp_path)]) == 0
+    assert "mmaprefill skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma" in capsys.readouterr().out
+    assert cli.main(["--families", "mmaprefill", "--list", "--out", str(tmp_path)]) == 0
+    assert "mmaprefill skips arch gfx908" in capsys.readouterr().err
 
 
 def test_filter_glob():
@@ -165,7 +158,7 @@ def test_writes_only_changed_files_and_removes_stale_kernels(tmp_path):
     selection = {"add": {}, "only": False, "filter": "*"}
     configs = enumerate_configs(DEFAULT_AXES, "*_fp16_d64_*")
     written, removed = write_all(tmp_path, configs, selection)
-    assert written == len(configs) + 5 and removed == 0
+    assert written == len(configs) + 6 and removed == 0  # + 2 kernel tables, header, cmake list, wgmma header, selection
     assert write_all(tmp_path, configs, selection) == (0, 0)
     fewer = [c for c in configs if c.arch == "sm90"]
     written, removed = write_all(tmp_path, fewer, selection)

@@ -114,9 +114,10 @@ struct TileWork {
         w.has_rows = w.tile.position0 < w.len_q;
         w.mask = KeyMask<kCausal>::of(w.len_q, w.len_kv, p.window);
         w.last_position = min(w.tile.position0 + tiling.rows_per_head, w.len_q) - 1;
-        const int kv_begin = w.mask.first_key(w.tile.position0);
-        w.kv_end = w.mask.end_key(w.last_position);
-        w.key_tiles = w.has_rows && w.kv_end > kv_begin ? (w.kv_end - kv_begin + block_keys - 1) / block_keys : 0;
+        int kv_begin = 0;
+        w.kv_end = 0;
+        if (w.has_rows) w.mask.key_range(w.tile.position0, w.last_position, kv_begin, w.kv_end);
+        w.key_tiles = (w.kv_end - kv_begin + block_keys - 1) / block_keys;
         return w;
     }
     __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
