@@ -75,7 +75,7 @@ TENSOR_FAMILY = "mmaprefill"
 
 
 def test_a_family_skips_archs_without_its_matrix_core():
-    selection = select()
+    selection = select(DEFAULT_AXES)
     archs = {c.arch for c in selection.configs if c.family == TENSOR_FAMILY}
     assert archs == {a.name for a in ARCHS.values() if a.matrix_core == "wgmma"} == {"sm90"}
     assert len([c for c in selection.configs if c.family == TENSOR_FAMILY]) == 2 * 3 * 3 * 2
