@@ -42,6 +42,13 @@ sanitize memcheck --error-exitcode 9 bin/fmha.exe $SPLIT
 sanitize racecheck --error-exitcode 9 bin/fmha.exe $SPLIT
 sanitize racecheck --error-exitcode 9 bin/fmha.exe -b 2 -h 8 -gqa 2 -s 250 -s-q 1 -d 256 -runs 1 -warm-up-runs 0
 sanitize racecheck --error-exitcode 9 bin/fmha_gpu_tests --gtest_filter=GroupWidth.*
+# the tensor-core prefill family: packed GQA heads, a window, d256 (output staged in Q's rows),
+# and a persistent causal launch (several tiles per block)
+TC="-runs 1 -warm-up-runs 0 -lse"
+for tc in "-b 2 -h 8 -gqa 2 -s 300 -s-q 77 -d 64 -causal-mask" "-b 2 -h 4 -s 1000 -d 256 -sliding-window-size 100" \
+          "-b 40 -h 8 -s 512 -d 128 -causal-mask"; do
+    for tool in memcheck racecheck synccheck; do sanitize $tool --error-exitcode 9 bin/fmha.exe $tc $TC; done
+done
 step regen96 sh -c "python3 setup.py --head-dims 96 && make JOBS=16 && bin/fmha.exe -d 96 -b 4 -h 8 -s 257 -causal-mask && bin/fmha.exe -d 96 -b 30720 -h 16 -s 2 -s-q 1 -gqa 4"
 python3 setup.py > /dev/null  # back to the default catalogue
 grep -E "passed|failed" "$OUT/test.log" | tail -1 | sed 's/^/pytest: /' >> "$OUT/summary.txt"
