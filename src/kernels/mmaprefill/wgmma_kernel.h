@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
     float s[T::kBlockKeys / 2];
     uint32_t probabilities[T::kBlockKeys / wgmma::kK][4];
     FragmentSoftmax<2, 4> softmax;
-    Work work;              // the current work tile (derived again for the epilogue: see below)
+    Work work{};            // the current work tile (derived again for the epilogue: see below)
     KeyTiles<kCausal> keys;  // what the main loop needs of it
     int slot = 0;            // the K/V ring slot of the next key tile
 
