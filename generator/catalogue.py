@@ -24,6 +24,13 @@ class Family:
     max_head_dim: int         # register/shared-memory budget (src/kernels/<family>.h traits)
     description: str
 
+    def takes_head_dim(self, head_dim):
+        return 0 < head_dim <= self.max_head_dim and head_dim % self.head_dim_multiple == 0
+
+    @property
+    def head_dim_rule(self):
+        return f"a multiple of {self.head_dim_multiple} up to {self.max_head_dim}"
+
 
 FAMILIES = {
     f.name: f
@@ -80,37 +87,40 @@ class KernelConfig:
         return config
 
 
-def validate(config):
-    """Returns the reasons this tuple cannot be built (empty when it can)."""
+KNOWN_VALUES = {"dtype": DTYPES, "heads": HEADS_KINDS, "mask": MASKS, "family": FAMILIES, "arch": ARCHS}
+
+
+def axis_problems(axes):
+    """What cannot be built among the axes' values: one line per invalid value (empty when all can)."""
     problems = []
-    for field, allowed in (("dtype", DTYPES), ("heads", HEADS_KINDS), ("mask", MASKS),
-                           ("family", FAMILIES), ("arch", ARCHS)):
-        value = getattr(config, field)
-        if value not in allowed:
-            problems.append(f"unknown {field} {value!r} (known: {', '.join(allowed)})")
-    family = FAMILIES.get(config.family)
-    if family:
-        d = config.head_dim
-        if d <= 0 or d % family.head_dim_multiple or d > family.max_head_dim:
-            problems.append(f"head_dim {d} not supported by the {family.name} family (needs a "
-                            f"multiple of {family.head_dim_multiple} up to {family.max_head_dim})")
+    for field, known in KNOWN_VALUES.items():
+        problems += [f"unknown {field} {value!r} (known: {', '.join(known)})"
+                     for value in axes[field] if value not in known]
+    families = [FAMILIES[name] for name in axes["family"] if name in FAMILIES]
+    for head_dim in axes["head_dim"]:
+        rejecting = {}  # rule -> the families of that rule that reject head_dim
+        for family in families:
+            if not family.takes_head_dim(head_dim):
+                rejecting.setdefault(family.head_dim_rule, []).append(family.name)
+        if rejecting:
+            problems.append(f"head_dim {head_dim} not supported (" + "; ".join(
+                f"{', '.join(names)}: {rule}" for rule, names in rejecting.items()) + ")")
     return problems
 
 
-def enumerate_configs(axes, name_glob="*"):
-    """Every valid tuple of the cartesian product of axes whose name matches name_glob.
+def validate(config):
+    """Returns the reasons this tuple cannot be built (empty when it can)."""
+    return axis_problems({f.name: (getattr(config, f.name),) for f in fields(KernelConfig)})
 
-    Raises ValueError listing the invalid tuples, so a bad --head-dims is never dropped silently.
+
+def enumerate_configs(axes, name_glob="*"):
+    """Every tuple of the cartesian product of axes whose name matches name_glob.
+
+    Raises ValueError naming each invalid value once, so a bad --head-dims is never dropped silently.
     """
+    problems = axis_problems(axes)
+    if problems:
+        raise ValueError("invalid values:\n  " + "\n  ".join(problems))
     order = [f.name for f in fields(KernelConfig)]
-    configs, invalid = [], []
-    for values in itertools.product(*(axes[field] for field in order)):
-        config = KernelConfig(*values)
-        problems = validate(config)
-        if problems:
-            invalid.append(f"{config.name}: {'; '.join(problems)}")
-        elif fnmatch.fnmatchcase(config.name, name_glob):
-            configs.append(config)
-    if invalid:
-        raise ValueError("invalid configs:\n  " + "\n  ".join(sorted(set(invalid))))
-    return sorted(configs)
+    configs = [KernelConfig(*values) for values in itertools.product(*(axes[field] for field in order))]
+    return sorted(c for c in configs if fnmatch.fnmatchcase(c.name, name_glob))

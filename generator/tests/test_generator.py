@@ -125,7 +125,42 @@ def test_cli_adds_a_head_dim_and_refresh_keeps_it(tmp_path, capsys):
     assert json.loads((tmp_path / "selection.json").read_text())["add"] == {"head_dim": [96]}
     assert cli.main(["--refresh", "--out", out]) == 0
     assert {p.stem for p in (tmp_path / "kernels").glob("*.hip")} == names
-    assert '"head_dim": [96]' in (tmp_path / "fmha_catalogue.h").read_text()
+    assert '"head_dim": [96]' in (tmp_path / "kernel_table_nvidia.cpp").read_text()
+
+
+def snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_either_command_renders_the_same_bytes(tmp_path, capsys):
+    """`setup.py ...` then `setup.py --refresh` (what make runs) rewrites nothing."""
+    argv = ["--only", "--head-dims", "64", "--dtypes", "fp16", "--archs", "sm90", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    assert cli.main(["--refresh", "--out", str(tmp_path)]) == 0
+    assert "wrote 0 changed file(s)" in capsys.readouterr().out
+    assert snapshot(tmp_path) == before
+
+
+def test_adding_a_head_dim_changes_only_the_new_kernels_and_the_lists(tmp_path):
+    """Kernel sources and the header they include stay byte-identical, so Ninja compiles only
+    the new kernels and the table."""
+    assert cli.main(["--only", "--head-dims", "64", "--heads", "mha", "--out", str(tmp_path)]) == 0
+    before = snapshot(tmp_path)
+    assert cli.main(["--refresh", "--head-dims", "96", "--out", str(tmp_path)]) == 0
+    after = snapshot(tmp_path)
+    changed = {path for path in after if before.get(path) != after[path]}
+    added = {path for path in after if path not in before}
+    assert added and all("_d96_" in path for path in added)
+    assert changed - added == {"kernel_table_amd.cpp", "kernel_table_nvidia.cpp", "kernels.cmake", "selection.json"}
+    assert json.loads(after["selection.json"])["add"]["head_dim"] == [64, 96]
+
+
+def test_refresh_keeps_the_recorded_only_and_filter(tmp_path, capsys):
+    assert cli.main(["--refresh", "--only", "--out", str(tmp_path)]) == 2
+    assert cli.main(["--refresh", "--filter", "*", "--out", str(tmp_path)]) == 2
+    assert "leave out --refresh" in capsys.readouterr().err
 
 
 def test_cli_only_replaces_the_defaults(tmp_path, capsys):
@@ -142,3 +177,10 @@ def test_cli_only_replaces_the_defaults(tmp_path, capsys):
 def test_cli_errors_exit_2_with_a_reason(tmp_path, capsys, argv, message):
     assert cli.main(argv + ["--out", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_invalid_value_is_reported_once(tmp_path, capsys):
+    assert cli.main(["--head-dims", "7", "100000", "--archs", "gfx1100", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("head_dim 7 ") == 1 and err.count("head_dim 100000 ") == 1 and err.count("gfx1100") == 1
+    assert "a multiple of 8 up to 256" in err

@@ -47,7 +47,7 @@ void print_device(const DeviceInfo& device) {
 int list_catalogue(const DeviceInfo& device) {
     print_device(device);
     printf("Catalogue.....: %zu kernels in this %s build (selection %s)\n", kernel_table().size(),
-           token(build_platform()), kCatalogueSelection);
+           token(build_platform()), catalogue_selection());
     std::vector<std::string> names;
     for (const KernelEntry& e : kernel_table())
         names.push_back(kernel_name(e.key) + (device.arch && e.key.arch == *device.arch ? "  (runs here)" : ""));
