@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,47 @@ def test_no_gpu_is_reported_with_exit_3():
     result = fmha("-b", "2", "-h", "2", "-s", "8", "-d", "64")
     assert result.returncode == 3
     assert "no GPU found" in result.stderr
+
+
+# ---------------------------------------------------------------- set-up on a fresh machine
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="make deps installs packages as root")
+def test_make_deps_completes_the_python_that_make_takes(tmp_path):
+    """The image's case: python3 on PATH has jinja2 but not pytest, the system's python3 pytest
+    but not jinja2. `make` sends the user to `make deps`, which installs what the system's python3
+    lacks and names it; then `make` takes that one. Stand-ins: two venvs whose modules are empty
+    packages, and an apt-get that adds python3-<module> to the system one."""
+    def python_with(name, *modules):
+        venv.create(tmp_path / name, with_pip=False)
+        site = next((tmp_path / name).glob("lib/python3*/site-packages"))
+        for module in modules:
+            (site / module).mkdir()
+            (site / module / "__init__.py").write_text("")
+        return tmp_path / name / "bin" / "python3", site
+
+    path_python, _ = python_with("pyenv", "jinja2")
+    system_python, system_site = python_with("system", "pytest")
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "apt-get").write_text(
+        "#!/bin/sh\nfor package in \"$@\"; do case $package in python3-*)\n"
+        f"  mkdir {system_site}/${{package#python3-}} && touch {system_site}/${{package#python3-}}/__init__.py;; esac; done\n")
+    (fake_bin / "apt-get").chmod(0o755)
+    env = {**os.environ, "PATH": f"{path_python.parent}:{fake_bin}:{os.environ['PATH']}",
+           "FMHA_SYSTEM_PYTHON": str(system_python)}
+    env.pop("PYTHON", None)
+
+    def make(*args):
+        return subprocess.run(["make", *args, "PLATFORM=nvidia"], cwd=REPO, env=env, capture_output=True, text=True)
+
+    before = make("check-platform")
+    assert before.returncode != 0 and "run `make deps`" in before.stderr, before.stderr
+    deps = make("deps")
+    assert deps.returncode == 0, deps.stdout + deps.stderr
+    assert "python3-jinja2 python3-numpy" in deps.stdout and "python3-pytest" not in deps.stdout, deps.stdout
+    assert f"the build's Python is {system_python}" in deps.stdout
+    after = make("-n", "generate")
+    assert after.returncode == 0 and f"{system_python} setup.py --refresh" in after.stdout, after.stdout + after.stderr
 
 
 # ---------------------------------------------------------------- fmha.exe on the GPU
