@@ -1,6 +1,11 @@
 # AMD: hipcc (CMAKE_CXX_COMPILER) for everything. Host-only files are compiled with
 # --offload-host-only; device files once per target; each catalogue kernel only for its arch.
 
+# Every compile, link and resource report runs with TMPDIR in the build folder (CMakeLists.txt).
+set(WITH_TMPDIR ${CMAKE_COMMAND} -E env TMPDIR=${FMHA_TMPDIR})
+set(CMAKE_CXX_COMPILER_LAUNCHER ${WITH_TMPDIR} ${CMAKE_CXX_COMPILER_LAUNCHER})
+set(CMAKE_CXX_LINKER_LAUNCHER ${WITH_TMPDIR})
+
 # Picks the first offload target of an arch that this hipcc knows (gfx942 needs ROCm >= 5.7;
 # older toolchains compile CDNA3 as gfx940 and the configure log says so).
 function(fmha_pick_target arch out)
@@ -46,7 +51,7 @@ foreach(arch ${PLATFORM_ARCHS})
       set(report ${CMAKE_BINARY_DIR}/resources/${name}.txt)
       add_custom_command(OUTPUT ${report}
         COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/resources
-        COMMAND sh -c "\"$0\" \"$@\" > ${report} 2>&1 || { cat ${report}; exit 1; }"
+        COMMAND ${WITH_TMPDIR} sh -c "\"$0\" \"$@\" > ${report} 2>&1 || { cat ${report}; exit 1; }"
                 ${CMAKE_CXX_COMPILER} -std=c++17 -x hip --offload-arch=${target} --offload-device-only
                 ${HIP_DEVICE_FLAGS} ${INCLUDE_FLAGS} -Rpass-analysis=kernel-resource-usage -c ${source} -o /dev/null
                 -MD -MF ${report}.d -MT ${report}
