@@ -10,6 +10,7 @@ machine has no GPU.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from generator.archs import ARCHS
 from generator.tests.test_generator import *  # noqa: F401,F403  (the generator's tests)
 
 REPO = Path(__file__).resolve().parent
@@ -236,6 +238,68 @@ def test_make_deps_completes_the_python_that_make_takes(tmp_path):
     assert f"the build's Python is {system_python}" in deps.stdout
     after = make("-n", "generate")
     assert after.returncode == 0 and f"{system_python} setup.py --refresh" in after.stdout, after.stdout + after.stderr
+
+
+# ---------------------------------------------------------------- the build: incremental
+
+def build_setting(name):
+    """A setting of the CMake build the binaries come from (None when FMHA_BIN_DIR is not one)."""
+    cache = BIN / "CMakeCache.txt"
+    text = cache.read_text() if cache.exists() else ""
+    found = re.search(rf"^{name}:\w+=(.*)$", text, re.M)
+    return found.group(1) if found else None
+
+
+PLATFORM = build_setting("FMHA_PLATFORM")
+needs_build_dir = pytest.mark.skipif(PLATFORM is None, reason=f"{BIN} is not a CMake build folder (make test sets one)")
+
+
+def run(command, cwd):
+    result = subprocess.run(list(map(str, command)), cwd=cwd, capture_output=True, text=True)
+    assert result.returncode == 0, f"{command}:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@needs_build_dir
+def test_make_again_compiles_nothing(tmp_path):
+    """What `make` does once more after `make` (and so `make test` after `make`): render the
+    recorded selection (into a copy of generated/), which must rewrite nothing, and leave Ninja
+    nothing to do."""
+    shutil.copytree(REPO / "generated", tmp_path / "generated")
+    assert "wrote 0 changed file(s)" in run([sys.executable, "setup.py", "--refresh", "--out", tmp_path / "generated"], REPO)
+    assert "ninja: no work to do" in run(["ninja", "-C", BIN, "-n"], REPO)
+
+
+@needs_build_dir
+def test_adding_a_head_dim_compiles_only_its_kernels_and_the_table(tmp_path):
+    """In a copy of the tree with a one-kernel catalogue, configured by the Makefile as a user's
+    is, with a launcher that writes dependencies instead of compiling: every object is up to
+    date, then `setup.py --refresh --head-dims 96` leaves exactly the new kernel and the table to compile."""
+    copy = tmp_path / "fmha"
+    skipped = {"build", "bin", "generated", ".git", ".pytest_cache"}
+    shutil.copytree(REPO, copy, ignore=lambda folder, names: [
+        name for name in names if name == "__pycache__" or (Path(folder) == REPO and name in skipped)])
+    arch = next(a.name for a in ARCHS.values() if a.platform == PLATFORM)
+    run([sys.executable, "setup.py", "--only", "--dtypes", "fp16", "--head-dims", "64", "--heads", "mha", "--masks",
+         "nomask", "--families", "decode", "--archs", arch], copy)
+    build = copy / "build" / PLATFORM
+    run(["make", "configure", f"PLATFORM={PLATFORM}", f"PYTHON={sys.executable}",
+         f"LAUNCHER={copy / 'tests' / 'build' / 'deps_only_launcher.py'}"], copy)
+
+    def objects():
+        targets = run(["ninja", "-C", build, "-t", "targets", "all"], copy)
+        return sorted(line.split(":")[0] for line in targets.splitlines() if line.split(":")[0].endswith(".o"))
+
+    def to_compile():
+        dry_run = run(["ninja", "-C", build, "-n", *objects()], copy)
+        return {line.split()[-1] for line in dry_run.splitlines() if " Building " in line}
+
+    run(["ninja", "-C", build, *objects()], copy)
+    assert to_compile() == set()
+    run([sys.executable, "setup.py", "--refresh", "--head-dims", "96"], copy)
+    run(["ninja", "-C", build, "build.ninja"], copy)  # CMake reads the new kernel list
+    expected = {f"generated/kernels/fmha_fwd_fp16_d96_mha_nomask_decode_{arch}.hip.o", f"generated/kernel_table_{PLATFORM}.cpp.o"}
+    assert {name.split(".dir/", 1)[1] for name in to_compile()} == expected
 
 
 # ---------------------------------------------------------------- fmha.exe on the GPU
