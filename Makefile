@@ -49,8 +49,8 @@ build: configure
 	@mkdir -p bin && for b in $(BINARIES); do [ ! -f $(BUILD_DIR)/$$b ] || cp $(BUILD_DIR)/$$b bin/; done
 	@echo "make: $(PLATFORM) build in $(BUILD_DIR), binaries in bin/"
 
-# Each AMD kernel's VGPR/AGPR/SGPR, scratch, spills, LDS and occupancy; fails on scratch or a
-# VGPR spill (SGPR spills stay in VGPR lanes, not memory: tools/resources.py).
+# Each AMD kernel's VGPR/AGPR/SGPR, scratch, spills, LDS and occupancy, as its compile reported
+# them; fails on scratch or a VGPR spill (SGPR spills stay in VGPR lanes, not memory).
 resources: configure
 	@cmake --build $(BUILD_DIR) --target resources -j $(JOBS)
 

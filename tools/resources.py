@@ -5,7 +5,7 @@ SGPR spills are listed but allowed: the compiler puts them in VGPR lanes (v_writ
 in memory; if it ever had to use memory, ScratchSize would say so and fail the check. The
 README states the same rule.
 
-Usage: resources.py REPORT_DIR   (one <kernel name>.txt per kernel, written by the build)
+Usage: resources.py REPORT_DIR   (one <kernel name>.txt per kernel, written by its compile)
 """
 import re
 import sys
