@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fmha.exe against PyTorch on the same shapes, in one run on one GPU (a benchmark, not a test).
 
-Measures the card's device-to-device copy bandwidth first, then for every case times
+Measures the card's device-to-device copy bandwidth first, then for every decode case times
   - bin/fmha.exe (the kernel its heuristic picks; its own reference check must say SUCCESS),
   - torch SDPA with each backend forced: flash, memory-efficient, cuDNN, math,
   - the attention written as two einsums and a softmax under
@@ -13,6 +13,11 @@ Every case is timed in rounds that alternate fmha.exe and the peers; the table g
 median round, the logs every round.
 
 Bytes are what must move: Q and O once per query head, K and V once per KV head.
+
+Prefill cases (compute-bound) are timed the same way against the SDPA flash, memory-efficient
+and cuDNN backends, and reported in TFLOP/s of the visible query-key pairs
+(4 x batch x heads_q x pairs x head_dim), with fmha.exe's ratio to FlashAttention-2 (the flash
+backend) and to cuDNN.
 
     python3 benchmarks/bench.py [--fmha bin/fmha.exe] [--out results.md] [--cases NAME ...]
                                 [--runs N] [--rounds N]
@@ -40,13 +45,23 @@ class Case:
     seqlen_kv: int
     head_dim: int
     dtype: str = "fp16"
+    causal: bool = False
+    prefill: bool = False  # reported in TFLOP/s against the SDPA backends
 
     def fmha_args(self):
         args = ["-b", self.batch, "-h", self.heads_q, "-s", self.seqlen_kv, "-s-q", self.seqlen_q,
                 "-d", self.head_dim, f"-{self.dtype}"]
         if self.heads_kv != self.heads_q:
             args += ["-gqa", self.heads_kv]
+        if self.causal:
+            args += ["-causal-mask"]
         return [str(a) for a in args]
+
+    def flops(self):
+        """Of the visible query-key pairs only (bottom-right causal)."""
+        s_q, s_kv = self.seqlen_q, self.seqlen_kv
+        pairs = sum(max(0, min(s_kv, i + s_kv - s_q + 1)) for i in range(s_q)) if self.causal else s_q * s_kv
+        return 4 * self.batch * self.heads_q * pairs * self.head_dim
 
     def bytes_moved(self):
         q = self.batch * self.heads_q * self.seqlen_q * self.head_dim * 2
@@ -68,6 +83,28 @@ CASES = [
     Case("long4k_b1", 1, 32, 8, 1, 4096, 128),      # one sequence: 8 KV heads must fill the GPU
     Case("long32k_b1", 1, 32, 8, 1, 32768, 128),
 ]
+
+
+def prefill_case(name, b, h, h_kv, s, d, dtype="fp16", causal=False):
+    return Case(name, b, h, h_kv, s, s, d, dtype, causal, prefill=True)
+
+
+# FlashAttention-3's sweep (batch x seqlen = 16k, heads x head_dim = 2048), causal and not, in
+# fp16 and for d128 in bf16; GQA prefill; the shapes of the tensor-core prefill issue.
+PREFILL_CASES = [
+    prefill_case(f"fa3_d{d}_s{s // 1024}k{'_causal' if causal else ''}{'_bf16' if dtype == 'bf16' else ''}",
+                 16384 // s, 2048 // d, 2048 // d, s, d, dtype, causal)
+    for dtype, dims in (("fp16", (64, 128, 256)), ("bf16", (128,)))
+    for d in dims for s in (1024, 4096, 16384) for causal in (False, True)
+] + [
+    prefill_case("gqa_prefill", 2, 32, 8, 4096, 128),
+    prefill_case("gqa_prefill_causal", 2, 32, 8, 4096, 128, causal=True),
+    prefill_case("issue_d128", 2, 16, 16, 4096, 128),
+    prefill_case("issue_causal", 4, 32, 32, 1024, 128, causal=True),
+    prefill_case("issue_d256", 2, 16, 16, 4096, 256),
+    prefill_case("issue_d64_bf16", 8, 16, 16, 2048, 64, "bf16"),
+]
+CASES += PREFILL_CASES
 
 
 def device_ms(fn, runs, warmup=5):
@@ -142,9 +179,14 @@ def prepare_peers(case):
     scale = d ** -0.5
     gqa = hq != hkv
     functions, errors, notes = {}, {}, []
-    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
-    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
-                           ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)):
+    # bottom-right causal, as fmha.exe's: SDPA's is_causal is top-left, the same where s_q = s_kv
+    assert not case.causal or sq == skv
+    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa, is_causal=case.causal)
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+                ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    if not case.prefill:  # the math backend and the einsum materialise seqlen^2 scores: decode peers only
+        backends.append(("math", SDPBackend.MATH))
+    for label, backend in backends:
         try:
             with sdpa_kernel(backend):
                 sdpa()
@@ -152,6 +194,9 @@ def prepare_peers(case):
             functions[label] = (lambda backend=backend: sdpa_kernel(backend), sdpa)
         except Exception as e:  # a backend that refuses the shape is reported, not fatal
             errors[label] = f"error: {str(e).splitlines()[0][:60]}"
+    if case.prefill:
+        torch.cuda.empty_cache()
+        return functions, errors, notes
     try:
         torch._dynamo.reset()  # a fresh compile for every shape, as a user's process would do
         compiled = torch.compile(einsum_attention, mode="max-autotune-no-cudagraphs", dynamic=False)
@@ -182,12 +227,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fmha", default="bin/fmha.exe")
     parser.add_argument("--out", default=None, help="Markdown file for the table (default: stdout only)")
-    parser.add_argument("--cases", nargs="*", default=[c.name for c in CASES])
+    parser.add_argument("--cases", nargs="*", default=[c.name for c in CASES],
+                        help="case names, or 'decode' / 'prefill' for every case of that kind")
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds per case; medians reported")
     args = parser.parse_args()
 
     import torch
+    kinds = {"decode": [c.name for c in CASES if not c.prefill], "prefill": [c.name for c in CASES if c.prefill]}
+    args.cases = [name for item in args.cases for name in kinds.get(item, [item])]
     unknown = set(args.cases) - {c.name for c in CASES}
     if unknown:
         sys.exit(f"unknown cases {sorted(unknown)}; known: {[c.name for c in CASES]}")
@@ -203,19 +251,36 @@ def main():
         f"Command: `python3 benchmarks/bench.py {' '.join(sys.argv[1:])}`; a round times fmha.exe over "
         f"{args.runs * 2} runs, then each peer over {args.runs} runs (CUDA events, back to back, after "
         f"warm-up); times are the median of {args.rounds} rounds (every round in the logs).",
-        "Shape: batch x heads_q/heads_kv x seqlen_q/seqlen_kv x head_dim; times in ms; "
+    ]
+    decode_table = [
+        "",
+        "Decode and short sequences. Shape: batch x heads_q/heads_kv x seqlen_q/seqlen_kv x head_dim; times in ms; "
         "'copy' is the fraction of the copy bandwidth; 'speed-up' is over the best peer.",
         "",
         "| case | shape | GB moved | fmha ms | GB/s | copy | checks | flash | efficient | cudnn | math | compiled einsum | best peer | speed-up | kernel |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    rows, logs = [], []
+    prefill_table = [
+        "",
+        "Prefill. TFLOP/s of the visible query-key pairs (4 x batch x heads_q x pairs x head_dim); "
+        "'vs flash' and 'vs cuDNN' are fmha's TFLOP/s over theirs.",
+        "",
+        "| case | shape | causal | fmha TFLOP/s | checks | flash | efficient | cudnn | vs flash | vs cuDNN | kernel |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    logs = []
 
     def write_table():  # after every case, so that an interrupted run keeps what it measured
         if args.out:
             with open(args.out, "w") as f:
-                f.write("\n".join(header + rows) + "\n\n<details><summary>logs</summary>\n\n```\n" + "\n".join(logs)
-                        + "\n```\n</details>\n")
+                f.write("\n".join(header + decode_table + prefill_table) + "\n\n<details><summary>logs</summary>\n\n```\n"
+                        + "\n".join(logs) + "\n```\n</details>\n")
+
+    def tflops(case, ms):
+        return case.flops() / ms / 1e9 if isinstance(ms, float) else None
+
+    def fmt_tflops(x):
+        return f"{x:.0f}" if isinstance(x, float) else "n/a"
 
     peers = ("flash", "efficient", "cudnn", "math", "compiled")
     for case in (c for c in CASES if c.name in args.cases):
@@ -234,16 +299,26 @@ def main():
         checks = next((run["checks"] for run in fmha_runs if run["checks"] != "SUCCESS"), "SUCCESS")
         ms = statistics.median(fmha_rounds) if None not in fmha_rounds else None
         peer = dict(errors, **{label: statistics.median(times) for label, times in peer_rounds.items()})
-        gbytes = case.bytes_moved() / 1e9
-        best_label = min(functions, key=lambda p: peer[p], default=None)
-        gbps = gbytes / ms * 1e3 if ms else None
-        rows.append(
-            f"| {case.name} | {case.batch}x{case.heads_q}/{case.heads_kv}x{case.seqlen_q}/{case.seqlen_kv}x{case.head_dim} {case.dtype} "
-            f"| {gbytes:.3f} | {fmt_ms(ms)} | {f'{gbps:.0f} | {gbps / copy:.2f}' if ms else 'n/a | n/a'} | {checks} | "
-            + " | ".join(fmt_ms(peer[p]) for p in peers)
-            + f" | {best_label or 'n/a'} | "
-            + (f"{peer[best_label] / ms:.2f}x" if best_label and ms else "n/a") + f" | `{fmha_runs[0]['kernel']}` |")
-        print(rows[-1], flush=True)
+        shape = f"{case.batch}x{case.heads_q}/{case.heads_kv}x{case.seqlen_q}/{case.seqlen_kv}x{case.head_dim} {case.dtype}"
+        if case.prefill:
+            ours = tflops(case, ms)
+            ratio = lambda label: (f"{ours / tflops(case, peer[label]):.2f}x"
+                                   if ours and isinstance(peer.get(label), float) else "n/a")
+            row = (f"| {case.name} | {shape} | {'yes' if case.causal else 'no'} | {fmt_tflops(ours)} | {checks} | "
+                   + " | ".join(fmt_tflops(tflops(case, peer.get(p))) for p in ("flash", "efficient", "cudnn"))
+                   + f" | {ratio('flash')} | {ratio('cudnn')} | `{fmha_runs[0]['kernel']}` |")
+            prefill_table.append(row)
+        else:
+            gbytes = case.bytes_moved() / 1e9
+            best_label = min(functions, key=lambda p: peer[p], default=None)
+            gbps = gbytes / ms * 1e3 if ms else None
+            row = (f"| {case.name} | {shape} | {gbytes:.3f} | {fmt_ms(ms)} | "
+                   f"{f'{gbps:.0f} | {gbps / copy:.2f}' if ms else 'n/a | n/a'} | {checks} | "
+                   + " | ".join(fmt_ms(peer.get(p, "n/a")) for p in peers)
+                   + f" | {best_label or 'n/a'} | "
+                   + (f"{peer[best_label] / ms:.2f}x" if best_label and ms else "n/a") + f" | `{fmha_runs[0]['kernel']}` |")
+            decode_table.append(row)
+        print(row, flush=True)
         rounds = {"fmha": fmha_rounds, **peer_rounds}
         logs.append(f"{case.name}: ms per round: " + "; ".join(
             f"{label} " + " ".join(fmt_ms(x, 4) for x in times) for label, times in rounds.items()))
@@ -252,7 +327,7 @@ def main():
         logs.extend(notes)
         write_table()
 
-    print("\n" + "\n".join(header + rows))
+    print("\n" + "\n".join(header + decode_table + prefill_table))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(HIP_ON_CUDA ${CMAKE_SOURCE_DIR}/src/platform/hip_on_cuda)
 list(PREPEND INCLUDE_DIRS ${HIP_ON_CUDA})
 
-# "sm_90" -> 90: real machine code only (no PTX to JIT), Hopper's own instructions.
+# "sm_90a" -> 90a: real machine code only (no PTX to JIT), with Hopper's own instructions
+# (wgmma, setmaxnreg), which plain sm_90 lacks.
 set(CUDA_ARCHS)
 foreach(arch ${PLATFORM_ARCHS})
   list(GET FMHA_ARCH_TARGETS_${arch} 0 target)
@@ -31,7 +32,8 @@ set(NVCC_FLAGS -O3 -Xptxas=-warn-spills)  # no fast-math: masks rely on -inf, th
 function(fmha_platform_setup target)
   target_include_directories(${target} BEFORE PRIVATE ${HIP_ON_CUDA})
   target_link_libraries(${target} PRIVATE CUDA::cudart_static)
-  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${CUDA_ARCHS}")
+  set(launcher ${CMAKE_SOURCE_DIR}/cmake/ptxas_guard.sh ${CMAKE_CUDA_COMPILER_LAUNCHER})  # then ccache, if any
+  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${CUDA_ARCHS}" CUDA_COMPILER_LAUNCHER "${launcher}")
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${NVCC_FLAGS}>)
 endfunction()
 

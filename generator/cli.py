@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .catalogue import DEFAULT_AXES, enumerate_configs
+from .catalogue import DEFAULT_AXES, enumerate_configs, skipped_head_dims
 from .render import write_all
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,6 +89,7 @@ def main(argv=None):
         print("\n".join(c.name for c in configs))
         return 0
     written, removed = write_all(args.out, configs, selection)
-    print(f"setup.py: {summary(configs)}\n  wrote {written} changed file(s), removed {removed} "
+    skipped = "".join(f"\n  {line}" for line in skipped_head_dims(axes_of(selection)))
+    print(f"setup.py: {summary(configs)}{skipped}\n  wrote {written} changed file(s), removed {removed} "
           f"stale kernel(s) in {args.out}")
     return 0

@@ -9,6 +9,7 @@ import jinja2
 
 from .archs import ARCHS, MATRIX_CORES, PLATFORMS
 from .catalogue import DTYPES, FAMILIES, HEADS_KINDS, MASKS
+from .wgmma import statements as wgmma_statements
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 KERNEL_GLOB = "fmha_fwd_*.hip"
@@ -56,6 +57,8 @@ def render_all(configs, selection):
     files["kernels.cmake"] = env.get_template("kernels.cmake.j2").render(
         archs=list(ARCHS.values()),
         kernels_by_arch={a: [c.name for c in configs if c.arch == a] for a in ARCHS})
+    files["wgmma_instructions.h"] = env.get_template("wgmma_instructions.h.j2").render(
+        statements=wgmma_statements())
     files["selection.json"] = json.dumps(selection, indent=2, sort_keys=True) + "\n"
     return files
 

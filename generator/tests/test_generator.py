@@ -7,7 +7,7 @@ import pytest
 from generator import cli
 from generator.archs import ARCHS, MATRIX_CORES
 from generator.catalogue import (DEFAULT_AXES, DTYPES, FAMILIES, HEADS_KINDS, MASKS, KernelConfig,
-                                 enumerate_configs, validate)
+                                 enumerate_configs, offered, validate)
 from generator.render import environment, render_all, write_all
 
 
@@ -15,9 +15,14 @@ def default_configs():
     return enumerate_configs(DEFAULT_AXES)
 
 
-def test_default_catalogue_is_the_full_product():
+def offered_pairs():
+    """How many (family, arch) pairs have kernels: each family on the archs it has a main loop for."""
+    return sum(offered(family, arch) for family in FAMILIES for arch in ARCHS)
+
+
+def test_default_catalogue_is_the_product_of_what_each_family_runs_on():
     configs = default_configs()
-    assert len(configs) == 2 * 3 * 3 * 2 * len(FAMILIES) * len(ARCHS)
+    assert len(configs) == 2 * 3 * 3 * 2 * offered_pairs()
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "sm90"}
 
@@ -102,7 +107,7 @@ def test_writes_only_changed_files_and_removes_stale_kernels(tmp_path):
     selection = {"add": {}, "only": False, "filter": "*"}
     configs = enumerate_configs(DEFAULT_AXES, "*_fp16_d64_*")
     written, removed = write_all(tmp_path, configs, selection)
-    assert written == len(configs) + 5 and removed == 0
+    assert written == len(render_all(configs, selection)) and removed == 0
     assert write_all(tmp_path, configs, selection) == (0, 0)
     fewer = [c for c in configs if c.arch == "sm90"]
     written, removed = write_all(tmp_path, fewer, selection)
@@ -120,7 +125,7 @@ def test_cli_adds_a_head_dim_and_refresh_keeps_it(tmp_path, capsys):
     out = str(tmp_path)
     assert cli.main(["--head-dims", "96", "--out", out]) == 0
     names = {p.stem for p in (tmp_path / "kernels").glob("*.hip")}
-    assert len(names) == len(default_configs()) + 2 * 3 * 2 * len(FAMILIES) * len(ARCHS)
+    assert len(names) == len(default_configs()) + 2 * 3 * 2 * offered_pairs()
     assert "fmha_fwd_fp16_d96_gqa_causal_prefill_sm90" in names
     assert json.loads((tmp_path / "selection.json").read_text())["add"] == {"head_dim": [96]}
     assert cli.main(["--refresh", "--out", out]) == 0
@@ -177,6 +182,19 @@ def test_cli_only_replaces_the_defaults(tmp_path, capsys):
 def test_cli_errors_exit_2_with_a_reason(tmp_path, capsys, argv, message):
     assert cli.main(argv + ["--out", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_head_dim_some_family_does_not_take_is_skipped_there_and_said(tmp_path, capsys):
+    strict = [f for f in FAMILIES.values() if not f.takes_head_dim(72)]
+    assert cli.main(["--head-dims", "72", "--out", str(tmp_path)]) == 0
+    names = {p.stem for p in (tmp_path / "kernels").glob("*_d72_*.hip")}
+    assert names and not any(name.split("_")[6] in {f.name for f in strict} for name in names)
+    out = capsys.readouterr().out
+    for family in strict:
+        assert f"{family.name} skips head_dim 72 (it takes {family.head_dim_rule})" in out
+    for family in strict:  # taken by no family of the selection: an error
+        assert cli.main(["--only", "--families", family.name, "--head-dims", "72", "--list", "--out", str(tmp_path)]) == 2
+        assert f"head_dim 72 not supported ({family.name}: {family.head_dim_rule})" in capsys.readouterr().err
 
 
 def test_an_invalid_value_is_reported_once(tmp_path, capsys):

@@ -23,18 +23,19 @@ struct FamilyChoice {
     std::string why;
 };
 
-// Families in order of preference for the problem, with the reason for the order. Every
-// family computes every shape; the order is about speed.
+// Families in order of preference for the problem, with the reason for the order. The order
+// is about speed: every family computes every shape it has a kernel for (kernel_supports).
 std::vector<FamilyChoice> family_preference(const Problem& p) {
     const int rows = p.heads_q / p.heads_kv * p.seqlen_q;
     const std::string count = std::to_string(rows) + " query row(s) per KV head (" + std::to_string(p.heads_q / p.heads_kv) +
                               " head(s) x seqlen_q " + std::to_string(p.seqlen_q) + ")";
     const std::string limit = std::to_string(kDecodeMaxRowsPerKvHead);
-    if (rows <= kDecodeMaxRowsPerKvHead)
-        return {{Family::decode, count + " <= " + limit + ": memory-bound"},
-                {Family::prefill, count + " <= " + limit + ", but this build has no decode kernel for it"}};
-    return {{Family::prefill, count + " > " + limit},
-            {Family::decode, count + " > " + limit + ", but this build has no prefill kernel for it"}};
+    if (rows <= kDecodeMaxRowsPerKvHead) {
+        const std::string why = count + " <= " + limit + ": memory-bound";
+        return {{Family::decode, why}, {Family::mmaprefill, why}, {Family::prefill, why}};
+    }
+    const std::string why = count + " > " + limit + ": compute-bound";
+    return {{Family::mmaprefill, why}, {Family::prefill, why}, {Family::decode, why}};
 }
 
 }  // namespace
@@ -51,6 +52,8 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
     if (key.mask != p.mask())
         misfits.push_back(std::string("its mask is ") + token(key.mask) + ", the problem's " + token(p.mask()) +
                           (key.mask == Mask::causal ? " (-causal-mask)" : " (no -causal-mask or -sliding-window-size)"));
+    if (key.family == Family::mmaprefill && !(p.softmax_scale() > 0.f))
+        misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
     if (!heads_fit(key.heads, p))
         misfits.push_back(std::string("its heads kind is ") + token(key.heads) + ", the problem's " + token(p.heads_kind()) +
                           " (h=" + std::to_string(p.heads_q) + ", h_kv=" + std::to_string(p.heads_kv) + ")" +
@@ -63,16 +66,19 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
 }
 
 Selection select_kernel(const Problem& p, Arch arch) {
+    std::string passed_over;  // the preferred families this build cannot use here, and why
     for (const FamilyChoice& choice : family_preference(p)) {
+        std::string why_not = "no kernel for it in this build";
         for (HeadsKind heads : {p.heads_kind(), HeadsKind::gqa}) {
             const KernelEntry* entry = find_kernel({p.dtype, p.head_dim, heads, p.mask(), choice.family, arch});
-            if (!entry) continue;
-            std::string reason = std::string(token(choice.family)) + " family, " + choice.why + "; " +
+            if (!entry || !kernel_supports(entry->key, p, &why_not)) continue;
+            std::string reason = std::string(token(choice.family)) + " family, " + choice.why + passed_over + "; " +
                                  kFamilyDescriptions[static_cast<int>(choice.family)];
             if (heads != p.heads_kind())
                 reason += std::string("; no ") + token(p.heads_kind()) + " kernel, the gqa kernel covers it";
             return {entry, reason};
         }
+        passed_over += std::string("; not ") + token(choice.family) + ": " + why_not;
     }
     return {nullptr, std::string("no kernel in this build for ") + p.describe() + " on " + token(arch)};
 }
@@ -102,18 +108,18 @@ std::vector<std::string> nearest_kernels(const Problem& p, size_t count) {
 std::string regenerate_advice(const Problem& p, std::optional<Arch> arch) {
     const auto& table = kernel_table();
     auto table_has = [&](auto&& fits) { return std::any_of(table.begin(), table.end(), [&](const KernelEntry& e) { return fits(e.key); }); };
-    // The generator takes a head_dim only if every family of the selection does (the table's
-    // families stand for the selection's).
-    std::string rejecting;
+    // The generator takes a head_dim that some family of the selection takes (the table's
+    // families stand for the selection's; the others skip it).
+    std::string rules;
+    bool taken = false;
     for (int f = 0; f < static_cast<int>(std::size(kFamilyTokens)); ++f) {
+        if (!table.empty() && !table_has([&](const KernelKey& k) { return static_cast<int>(k.family) == f; })) continue;
         const HeadDimRule rule = kFamilyHeadDimRules[f];
-        const bool in_table = table_has([&](const KernelKey& k) { return static_cast<int>(k.family) == f; });
-        if ((in_table || table.empty()) && (p.head_dim > rule.max || p.head_dim % rule.multiple != 0))
-            rejecting += std::string(rejecting.empty() ? "" : "; ") + kFamilyTokens[f] + " takes a multiple of " +
-                         std::to_string(rule.multiple) + " up to " + std::to_string(rule.max);
+        taken = taken || (p.head_dim <= rule.max && p.head_dim % rule.multiple == 0);
+        rules += std::string(rules.empty() ? "" : "; ") + kFamilyTokens[f] + " takes a multiple of " +
+                 std::to_string(rule.multiple) + " up to " + std::to_string(rule.max);
     }
-    if (!rejecting.empty())
-        return "head_dim " + std::to_string(p.head_dim) + " cannot be generated (" + rejecting + ")";
+    if (!taken) return "head_dim " + std::to_string(p.head_dim) + " cannot be generated (" + rules + ")";
 
     // The axis values the table lacks, added to the recorded selection by --refresh.
     std::string options;

@@ -33,14 +33,21 @@ TEST(Heuristics, PicksTheExactKernelWhenPresent) {
     }
 }
 
+// The tiled family this build prefers for many query rows: the tensor-core one where the arch has it.
+Family tiled_family() {
+    const KernelKey mma{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::mmaprefill, some_arch()};
+    return find_kernel(mma) ? Family::mmaprefill : Family::prefill;
+}
+
 TEST(Heuristics, DecodeFamilyForFewQueryRowsPerKvHead) {
     const KernelKey decode{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::decode, some_arch()};
     const KernelKey prefill{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::prefill, some_arch()};
     if (!find_kernel(decode) || !find_kernel(prefill)) GTEST_SKIP() << "this build's catalogue lacks one of the families";
+    const Family tiled = tiled_family();
     struct Case { int h, h_kv, s_q; Family expected; };
     for (const Case& c : {Case{32, 32, 1, Family::decode}, Case{32, 8, 1, Family::decode}, Case{16, 16, 2, Family::decode},
-                          Case{32, 8, 4, Family::decode}, Case{32, 8, 5, Family::prefill}, Case{16, 16, 384, Family::prefill},
-                          Case{32, 1, 1, Family::prefill}}) {
+                          Case{32, 8, 4, Family::decode}, Case{32, 8, 5, tiled}, Case{16, 16, 384, tiled},
+                          Case{32, 1, 1, tiled}}) {
         Problem p = make(c.h, c.h_kv, 128);
         p.seqlen_q = c.s_q, p.seqlen_kv = 512;
         const Selection s = select_kernel(p, some_arch());
@@ -49,6 +56,18 @@ TEST(Heuristics, DecodeFamilyForFewQueryRowsPerKvHead) {
         EXPECT_EQ(s.reason.rfind(std::string(token(c.expected)) + " family, " + std::to_string(c.h / c.h_kv * c.s_q) +
                                      " query row(s) per KV head", 0), 0u) << s.reason;
     }
+}
+
+TEST(Heuristics, TensorCoreFamilyPassedOverForANegativeScaleSaysWhy) {
+    if (tiled_family() != Family::mmaprefill) GTEST_SKIP() << "no tensor-core prefill kernels in this build";
+    Problem p = make(16, 16, 128);
+    p.seqlen_q = p.seqlen_kv = 512;
+    p.scale = -0.125f;
+    const Selection s = select_kernel(p, some_arch());
+    ASSERT_NE(s.entry, nullptr);
+    EXPECT_EQ(s.entry->key.family, Family::prefill) << s.reason;
+    EXPECT_NE(s.reason.find("not mmaprefill: the tensor-core family takes a positive softmax scale only"), std::string::npos)
+        << s.reason;
 }
 
 TEST(Heuristics, KernelSupportChecksEveryField) {

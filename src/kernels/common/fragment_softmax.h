@@ -1,0 +1,75 @@
+// Online softmax over query rows whose scores lie in MMA accumulator fragments: each thread
+// holds a few elements of kRows rows, and the kLanesPerRow lanes sharing a row are adjacent
+// (xor-shuffle partners). Scores stay in the log2 domain, scaled by scale x log2(e) inside the
+// exponent (one fused multiply-add per score). The scale must be positive: the row maximum is
+// taken before scaling.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <cmath>
+
+#include "kernels/group.h"
+#include "kernels/numeric.h"
+
+namespace fmha {
+
+// 2^x by the special-function unit, flushing subnormal results to zero (probabilities that
+// small add nothing); exp2f would add a range fix-up to every score.
+__device__ inline float exp2_approx(float x) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
+template <int kRows, int kLanesPerRow>
+struct FragmentSoftmax {
+    float max[kRows];  // running maximum of the scaled scores seen so far; -inf before any key
+    float sum[kRows];  // this thread's share of the running sum of exponentials
+
+    __device__ void init() {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) max[r] = -INFINITY, sum[r] = 0.f;
+    }
+
+    // Turns one tile's scores into probabilities relative to the new running maxima, adds them
+    // to the sums, and returns in `rescale` the factor for what was accumulated before.
+    // row_of(e): which of the thread's rows element e belongs to (a constant per e).
+    template <int N, class RowOf>
+    __device__ void update(float (&s)[N], float scale_log2, float (&rescale)[kRows], RowOf row_of) {
+        float tile_max[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) tile_max[r] = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < N; ++e) tile_max[row_of(e)] = fmaxf(tile_max[row_of(e)], s[e]);
+        float reference[kRows];  // what a row's scaled scores subtract: the new maximum, or 0 while all are masked
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const float new_max = fmaxf(max[r], Group<kLanesPerRow>::max(tile_max[r]) * scale_log2);
+            reference[r] = new_max == -INFINITY ? 0.f : new_max;
+            rescale[r] = exp2_approx(max[r] - reference[r]);
+            max[r] = new_max;
+            sum[r] *= rescale[r];
+        }
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+            s[e] = exp2_approx(fmaf(s[e], scale_log2, -reference[row_of(e)]));
+            sum[row_of(e)] += s[e];
+        }
+    }
+
+    // The row's whole sum of exponentials (every lane of the row gets it).
+    __device__ float total(int r) const { return Group<kLanesPerRow>::sum(sum[r]); }
+
+    // The row's log-sum-exp in natural log of the unscaled-by-log2e scores, from its total;
+    // -inf where the row saw no key.
+    __device__ float lse(int r, float total_sum) const {
+        return total_sum > 0.f ? (max[r] + log2f(total_sum)) / kLog2e : -INFINITY;
+    }
+};
+
+}  // namespace fmha

@@ -1,0 +1,113 @@
+// The tensor-core prefill family (mmaprefill): tiled attention on the matrix cores, for
+// problems with many query rows per KV head. One main loop per matrix instruction set:
+// wgmma (Hopper) now; the family's tile table, schedule, mask and softmax are shared headers,
+// so an MFMA (CDNA) main loop slots in beside it. Host side: checks, tensor maps, launch.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <string>
+
+#include "kernels/config.h"
+
+#if defined(__HIP_PLATFORM_NVIDIA__)
+#include "kernels/mmaprefill/wgmma_kernel.h"
+#include "platform/hip_on_cuda/tensor_map.h"
+#endif
+
+namespace fmha {
+namespace mmaprefill {
+
+#if defined(__HIP_PLATFORM_NVIDIA__)
+
+template <class Config>
+using Traits = WgmmaTraits<Config>;
+
+// The multiprocessors of the current device, asked once per device (a launch must not pay a
+// driver query).
+inline hipError_t current_multiprocessors(int* count) {
+    constexpr int kMaxDevices = 64;
+    static int cached[kMaxDevices] = {};
+    int device = 0;
+    if (const hipError_t err = hipGetDevice(&device); err != hipSuccess) return err;
+    if (device >= kMaxDevices) return hipDeviceGetAttribute(count, hipDeviceAttributeMultiprocessorCount, device);
+    if (cached[device] == 0) {
+        if (const hipError_t err = hipDeviceGetAttribute(&cached[device], hipDeviceAttributeMultiprocessorCount, device);
+            err != hipSuccess)
+            return err;
+    }
+    *count = cached[device];
+    return hipSuccess;
+}
+
+// The grid. Causal launches whose rows see few key tiles are persistent, one block per
+// multiprocessor (the kernel's shared memory allows no more) taking tiles in turn, so that a
+// block loads its next tile while it finishes the last one. Elsewhere a block per tile, which
+// the hardware hands to multiprocessors as they free up: better balanced where tiles are long
+// and of unequal length (docs/mmaprefill.md).
+inline constexpr int kPersistentMaxQueryBlocks = 8;
+inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) {
+    const bool persistent = tiling.section_heads > 0 && tiling.query_blocks <= kPersistentMaxQueryBlocks;
+    return unsigned(persistent && tiling.tiles > multiprocessors ? multiprocessors : tiling.tiles);
+}
+
+// What this family needs beyond the kernel's tuple: a positive scale (the softmax takes row
+// maxima before scaling) and a tile count the 1-D grid holds.
+template <class Config>
+bool supports(const FwdParams& p, const PrefillTiling& tiling) {
+    return params_match<Config>(p) && p.scale > 0.f && tiling.tiles <= INT32_MAX;
+}
+
+template <class Config>
+hipError_t launch(const FwdParams& p, hipStream_t stream) {
+    static_assert(matrix_core(Config::arch) == MatrixCore::wgmma, "the family's main loop for this arch");
+    using T = Traits<Config>;
+    const PrefillTiling tiling = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal);
+    if (!supports<Config>(p, tiling)) return hipErrorInvalidValue;
+    const bool bf16 = Config::dtype == DType::bf16;
+    TensorMaps maps;
+    if (!hopper::encode_tensor_map(&maps.q, bf16, p.q, p.q_strides, p.batch, p.heads_q, p.seqlen_q, T::kHeadDim,
+                                   tiling.rows_per_head, tiling.heads_per_tile) ||
+        !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
+                                   T::kBlockKeys, 1) ||
+        !hopper::encode_tensor_map(&maps.v, bf16, p.v, p.v_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
+                                   T::kBlockKeys, 1))
+        return hipErrorInvalidValue;
+    static const hipError_t attribute = cudaFuncSetAttribute(
+        wgmma_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
+    if (attribute != hipSuccess) return attribute;
+    int multiprocessors = 0;
+    if (const hipError_t err = current_multiprocessors(&multiprocessors); err != hipSuccess) return err;
+    wgmma_kernel<Config><<<launch_blocks(tiling, multiprocessors), T::kThreads, T::kSharedBytes, stream>>>(p, tiling, maps);
+    return hipGetLastError();
+}
+
+// How launch() divides the work, in words (fmha.exe -v).
+template <class Config>
+std::string describe(const FwdParams& p) {
+    using T = Traits<Config>;
+    const PrefillTiling t = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal);
+    int multiprocessors = 0;
+    current_multiprocessors(&multiprocessors);
+    std::string text = std::to_string(t.tiles) + " tiles of " + std::to_string(T::kBlockRows) + " query rows on " +
+                       std::to_string(launch_blocks(t, multiprocessors)) + " blocks";
+    if (t.heads_per_tile > 1)
+        text += " (" + std::to_string(t.heads_per_tile) + " heads of a GQA group x " + std::to_string(t.rows_per_head) +
+                " positions, sharing each K/V tile)";
+    text += "; 1 TMA producer + " + std::to_string(T::kConsumers) + " wgmma consumer warpgroups of 64 rows; keys in tiles of " +
+            std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) + "-stage shared-memory ring";
+    if (t.section_heads)
+        text += "; query blocks that see the most keys first, in sections of " + std::to_string(t.section_heads) +
+                " KV heads";
+    return text;
+}
+#endif
+
+// The family needs no workspace.
+template <class Config>
+size_t workspace_size(const FwdParams&) {
+    return 0;
+}
+
+}  // namespace mmaprefill
+}  // namespace fmha

@@ -1,0 +1,439 @@
+// The tensor-core prefill main loop on Hopper (wgmma, TMA, mbarriers; sm_90a).
+//
+// A persistent grid: each block takes work tiles of query rows (common/tile_schedule.h) in
+// turn, the tiles of a round assigned in alternating directions. For a tile, it walks the keys its rows see in tiles of kBlockKeys, from the last key
+// tile back to the first, so that the tiles needing the causal mask come first and every tile
+// ends inside the sequence (keys at negative positions read as zeros and are masked).
+// Warpgroup 0 is the producer: one thread issues TMA loads of each work tile's Q and of K and V
+// into a kStages-deep ring of shared-memory tiles, each completing on a "full" barrier and
+// given back on an "empty" one; it runs ahead into the next work tile while the consumers
+// finish the current one. Warpgroups 1.. are consumers of 64 query rows each:
+//   S = Q.K^T (wgmma, both from shared memory) -> mask -> online softmax (fp32, exp2) ->
+//   P (16-bit, in registers: the accumulator layout is the A-operand layout) -> O += P.V.
+// Two overlaps hide the softmax under tensor-core work (docs/mmaprefill.md):
+// - inside a warpgroup, key tile j's Q.K^T and tile j-1's P.V are issued together, and tile
+//   j's softmax runs while P.V runs;
+// - across warpgroups, named barriers hand the tensor cores from one consumer to the next
+//   (each issues its two GEMMs in turn), so one's softmax runs under the others' GEMMs.
+// The epilogue normalises O, stages it in shared memory (its own buffer where it fits, else
+// the warpgroup's Q rows) and writes whole 16-byte chunks of the rows that exist; the
+// natural-log LSE of each row goes to p.lse if asked.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common/fragment_softmax.h"
+#include "kernels/common/mask.h"
+#include "kernels/common/sequence.h"
+#include "kernels/common/tile_schedule.h"
+#include "kernels/config.h"
+#include "kernels/mma/wgmma.h"
+#include "kernels/mmaprefill/tiles.h"
+#include "platform/hip_on_cuda/hopper.h"
+
+namespace fmha {
+namespace mmaprefill {
+
+template <class Config>
+struct WgmmaTraits {
+    static constexpr TileShape kShape =
+        tile_shape<MatrixCore::wgmma>(Config::head_dim, Config::mask == Mask::causal, Config::dtype);
+    static constexpr int kHeadDim = Config::head_dim;
+    static constexpr int kConsumers = kShape.consumers;
+    static constexpr int kBlockRows = kConsumers * wgmma::kRows;
+    static constexpr int kBlockKeys = kShape.block_keys;
+    static constexpr int kStages = kShape.stages;
+    static constexpr int kThreads = (kConsumers + 1) * wgmma::kThreads;
+    static constexpr int kAtoms = (kHeadDim + wgmma::kAtomColumns - 1) / wgmma::kAtomColumns;
+
+    // Shared memory: Q, the K ring, the V ring (1024-byte aligned swizzle atoms), barriers, and
+    // the output's staging rows where they fit (else they are Q's).
+    static constexpr int kSharedLimit = 227 * 1024;
+    static constexpr int kAlignment = 1024;  // of the dynamic shared memory we use
+    static constexpr int kQBytes = wgmma::tile_bytes(kBlockRows, kHeadDim);
+    static constexpr int kKVBytes = wgmma::tile_bytes(kBlockKeys, kHeadDim);
+    static constexpr int kKOffset = kQBytes;
+    static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
+    static constexpr int kBarrierOffset = kVOffset + kStages * kKVBytes;
+    static constexpr int kBarriers = 2 + 4 * kStages;  // Q full and empty; K and V full and empty per stage
+    static constexpr int kOutputOffset = (kBarrierOffset + kBarriers * 8 + kAlignment - 1) / kAlignment * kAlignment;
+    static constexpr bool kOwnOutputRows = kOutputOffset + kQBytes + kAlignment <= kSharedLimit;
+    static constexpr int kSharedBytes = (kOwnOutputRows ? kOutputOffset + kQBytes : kBarrierOffset + kBarriers * 8) + kAlignment;
+
+    // Named barriers: 1 .. kConsumers hand the tensor cores between consumers; then one per
+    // consumer for its epilogue.
+    static constexpr int kTurnBarrier = 1;
+    static constexpr int kEpilogueBarrier = kTurnBarrier + kConsumers;
+
+    static_assert(kHeadDim % wgmma::kK == 0 && kHeadDim <= 256, "wgmma N: a multiple of 16 up to 256");
+    static_assert(kBlockKeys % wgmma::kK == 0 && kBlockKeys <= 256, "key tile: a multiple of 16 up to 256");
+    static_assert(kSharedBytes <= kSharedLimit, "Hopper's shared memory per block");
+    static_assert(kEpilogueBarrier + kConsumers <= 16, "named barriers");
+};
+
+// The three tensors as TMA maps; a __grid_constant__ kernel parameter, so TMA reads them in place.
+struct TensorMaps {
+    CUtensorMap q, k, v;
+};
+
+// The block's barriers. The K/V ring's slots are numbered across all of a block's work tiles:
+// slot n is stage n % kStages, in round n / kStages, whose parity a wait names.
+template <class T>
+struct Pipeline {
+    uint64_t* words;
+    __device__ uint64_t* q_full() const { return words; }
+    __device__ uint64_t* q_empty() const { return words + 1; }
+    __device__ uint64_t* k_full(int stage) const { return words + 2 + stage; }
+    __device__ uint64_t* k_empty(int stage) const { return words + 2 + T::kStages + stage; }
+    __device__ uint64_t* v_full(int stage) const { return words + 2 + 2 * T::kStages + stage; }
+    __device__ uint64_t* v_empty(int stage) const { return words + 2 + 3 * T::kStages + stage; }
+    __device__ static int stage(int slot) { return slot % T::kStages; }
+    __device__ static uint32_t parity(int slot) { return uint32_t(slot / T::kStages) & 1u; }
+};
+
+// One work tile as producer and consumers both derive it: its rows, its sequence's lengths, and
+// the key tiles its rows see, walked back from kv_end.
+template <bool kCausal>
+struct TileWork {
+    PrefillTile tile;
+    int len_q, len_kv;
+    KeyMask<kCausal> mask;
+    int last_position;  // of the tile's rows that exist
+    int kv_end;         // one past the last key some row sees
+    int key_tiles;      // 0 where no row sees a key
+    bool has_rows;      // false where the tile lies past its sequence's length
+
+    __device__ static TileWork of(const FwdParams& p, const PrefillTiling& tiling, int index, int block_keys) {
+        TileWork w;
+        w.tile = locate_tile(tiling, index, p.heads_q, p.heads_kv);
+        w.len_q = sequence_length(p.seqlens_q, w.tile.batch, p.seqlen_q);
+        w.len_kv = sequence_length(p.seqlens_kv, w.tile.batch, p.seqlen_kv);
+        w.has_rows = w.tile.position0 < w.len_q;
+        w.mask = KeyMask<kCausal>::of(w.len_q, w.len_kv, p.window);
+        w.last_position = min(w.tile.position0 + tiling.rows_per_head, w.len_q) - 1;
+        const int kv_begin = w.mask.first_key(w.tile.position0);
+        w.kv_end = w.mask.end_key(w.last_position);
+        w.key_tiles = w.has_rows && w.kv_end > kv_begin ? (w.kv_end - kv_begin + block_keys - 1) / block_keys : 0;
+        return w;
+    }
+    __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
+};
+
+// What a consumer's main loop needs of a work tile, in few registers: where its key tiles are,
+// and which of them cross the mask for this warpgroup's rows (judged from the positions the
+// rows span; all of a packed tile's positions).
+template <bool kCausal>
+struct KeyTiles {
+    int kv_end, count;
+    int masked_above;  // key tiles reaching past this key need the mask (causal diagonal, sequence end)
+    int masked_below;  // and so do those starting at or before this one (window; keys before the sequence)
+    int window;
+    int diagonal[2];   // of this thread's two rows
+
+    __device__ static KeyTiles of(const TileWork<kCausal>& w, const PrefillTiling& tiling, int row0, int window,
+                                  const int (&position)[2]) {
+        KeyTiles k;
+        k.kv_end = w.kv_end, k.count = w.key_tiles, k.window = window;
+        const bool packed = tiling.heads_per_tile > 1;
+        const int first = packed ? w.tile.position0 : w.tile.position0 + row0;
+        const int last = packed ? w.last_position : min(first + wgmma::kRows - 1, w.len_q - 1);
+        k.masked_above = kCausal ? w.mask.diagonal(first) : w.len_kv - 1;
+        k.masked_below = kCausal ? max(w.mask.diagonal(last) - window, -1) : -1;
+        for (int h = 0; h < 2; ++h) k.diagonal[h] = w.mask.diagonal(position[h]);
+        return k;
+    }
+    __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
+    __device__ bool needs_mask(int i, int block_keys) const {
+        const int k0 = first_key(i, block_keys);
+        return k0 + block_keys - 1 > masked_above || k0 <= masked_below;
+    }
+    // Key tiles end at kv_end, inside the sequence: only keys before it and the causal band
+    // are left to check.
+    __device__ bool sees(int h, int key) const {
+        return key >= 0 && (!kCausal || (key <= diagonal[h] && key > diagonal[h] - window));
+    }
+};
+
+template <class Config>
+__global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
+    wgmma_kernel(const FwdParams p, const PrefillTiling tiling, const __grid_constant__ TensorMaps maps) {
+    using T = WgmmaTraits<Config>;
+    using P = Pipeline<T>;
+    constexpr bool kCausal = Config::mask == Mask::causal;
+    constexpr DType kDType = Config::dtype;
+    using Work = TileWork<kCausal>;
+
+    extern __shared__ uint8_t shared_raw[];
+    uint8_t* shared = reinterpret_cast<uint8_t*>(
+        (reinterpret_cast<uintptr_t>(shared_raw) + T::kAlignment - 1) / T::kAlignment * T::kAlignment);
+    uint8_t* q_tile = shared;
+    uint8_t* output_rows = T::kOwnOutputRows ? shared + T::kOutputOffset : q_tile;
+    const P pipe{reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset)};
+    const int warpgroup = threadIdx.x / wgmma::kThreads;
+
+    if (threadIdx.x == 0) {
+        hopper::barrier_init(pipe.q_full(), 1);
+        hopper::barrier_init(pipe.q_empty(), T::kConsumers * 4);  // one arrival per consumer warp
+        for (int s = 0; s < T::kStages; ++s) {
+            hopper::barrier_init(pipe.k_full(s), 1);
+            hopper::barrier_init(pipe.v_full(s), 1);
+            hopper::barrier_init(pipe.k_empty(s), T::kConsumers * 4);
+            hopper::barrier_init(pipe.v_empty(s), T::kConsumers * 4);
+        }
+        hopper::barrier_init_fence();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {  // ---------------------------------------------------------- producer
+        hopper::release_registers<T::kShape.producer_registers>();
+        if (threadIdx.x != 0) return;
+        hopper::prefetch_tensor_map(&maps.q);
+        hopper::prefetch_tensor_map(&maps.k);
+        hopper::prefetch_tensor_map(&maps.v);
+        int slot = 0, q_loads = 0;
+        for (int round = 0; int64_t(round) * gridDim.x < tiling.tiles; ++round) {
+            const int index = persistent_tile(round, blockIdx.x, gridDim.x, tiling.tiles);
+            if (index < 0) continue;
+            const Work work = Work::of(p, tiling, index, T::kBlockKeys);
+            if (work.key_tiles == 0) continue;  // the consumers need no Q for it
+            const PrefillTile& tile = work.tile;
+            // K and V of key tile i into the ring; the work tile's Q goes after its first K, so
+            // that K is on its way while the consumers still stage the previous tile's output.
+            auto load_k = [&](int i) {
+                const int stage = P::stage(slot + i);
+                hopper::barrier_wait(pipe.k_empty(stage), P::parity(slot + i) ^ 1u);
+                hopper::barrier_arrive_expect(pipe.k_full(stage), T::kKVBytes);
+                for (int atom = 0; atom < T::kAtoms; ++atom)
+                    hopper::tma_load_4d(shared + T::kKOffset + stage * T::kKVBytes + atom * T::kBlockKeys * wgmma::kRowBytes,
+                                        &maps.k, atom * wgmma::kAtomColumns, work.first_key(i, T::kBlockKeys), tile.head_kv,
+                                        int(tile.batch), pipe.k_full(stage));
+            };
+            auto load_v = [&](int i) {
+                const int stage = P::stage(slot + i);
+                hopper::barrier_wait(pipe.v_empty(stage), P::parity(slot + i) ^ 1u);
+                hopper::barrier_arrive_expect(pipe.v_full(stage), T::kKVBytes);
+                for (int atom = 0; atom < T::kAtoms; ++atom)
+                    hopper::tma_load_4d(shared + T::kVOffset + stage * T::kKVBytes + atom * T::kBlockKeys * wgmma::kRowBytes,
+                                        &maps.v, atom * wgmma::kAtomColumns, work.first_key(i, T::kBlockKeys), tile.head_kv,
+                                        int(tile.batch), pipe.v_full(stage));
+            };
+            load_k(0);
+            hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u);
+            hopper::barrier_arrive_expect(pipe.q_full(),
+                                          T::kAtoms * tiling.rows_per_head * tiling.heads_per_tile * wgmma::kRowBytes);
+            for (int atom = 0; atom < T::kAtoms; ++atom)
+                hopper::tma_load_4d(q_tile + atom * T::kBlockRows * wgmma::kRowBytes, &maps.q, atom * wgmma::kAtomColumns,
+                                    tile.position0, tile.head0, int(tile.batch), pipe.q_full());
+            load_v(0);
+            for (int i = 1; i < work.key_tiles; ++i) {
+                load_k(i);
+                load_v(i);
+            }
+            slot += work.key_tiles;
+        }
+        return;
+    }
+
+    // --------------------------------------------------------------------------- consumers
+    hopper::claim_registers<T::kShape.consumer_registers>();
+    const int consumer = warpgroup - 1;
+    const int thread = threadIdx.x % wgmma::kThreads;
+    const int row0 = consumer * wgmma::kRows;  // this warpgroup's first row in a tile
+    const bool leader = thread % 32 == 0;      // arrives on "empty" barriers for its warp
+    const float scale_log2 = p.scale * kLog2e;
+    const auto row_of = [](int e) { return wgmma::row_half(e); };
+
+    float o[T::kHeadDim / 2];
+    float s[T::kBlockKeys / 2];
+    uint32_t probabilities[T::kBlockKeys / wgmma::kK][4];
+    FragmentSoftmax<2, 4> softmax;
+    Work work;              // the current work tile (derived again for the epilogue: see below)
+    KeyTiles<kCausal> keys;  // what the main loop needs of it
+    int slot = 0;            // the K/V ring slot of the next key tile
+
+    // P.V reads its A operand from these registers while it runs: keep them until its wait.
+    auto pin_probabilities = [&] {
+#pragma unroll
+        for (int k = 0; k < T::kBlockKeys / wgmma::kK; ++k) hopper::pin_registers(probabilities[k]);
+    };
+    // Descriptors start from addresses the compiler cannot precompute, so that it derives each
+    // step's descriptor when issuing rather than holding them all in registers.
+    auto qk_gemm = [&](int stage) {
+        const wgmma::Descriptor q =
+            wgmma::k_major_operand(hopper::opaque(hopper::shared_address(q_tile)) + row0 * wgmma::kRowBytes);
+        const wgmma::Descriptor k =
+            wgmma::k_major_operand(hopper::opaque(hopper::shared_address(shared + T::kKOffset + stage * T::kKVBytes)));
+        hopper::pin_registers(s);  // every write to the operands happens before the fence
+        hopper::wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < T::kHeadDim / wgmma::kK; ++step)
+            wgmma_ss<T::kBlockKeys, kDType, false>(s, q.step(wgmma::k_major_step(T::kBlockRows, step)),
+                                                   k.step(wgmma::k_major_step(T::kBlockKeys, step)), step > 0);
+        hopper::wgmma_commit();
+    };
+    auto pv_gemm = [&](int stage) {
+        const wgmma::Descriptor v = wgmma::n_major_operand(
+            hopper::opaque(hopper::shared_address(shared + T::kVOffset + stage * T::kKVBytes)), T::kBlockKeys);
+        hopper::pin_registers(o);
+        pin_probabilities();
+        hopper::wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < T::kBlockKeys / wgmma::kK; ++step)
+            wgmma_rs<T::kHeadDim, kDType, true>(o, probabilities[step], v.step(wgmma::n_major_step(step)), 1);
+        hopper::wgmma_commit();
+    };
+    // Masked keys of key tile i get -inf.
+    auto apply_mask = [&](int i) {
+        const int k0 = keys.first_key(i, T::kBlockKeys);
+#pragma unroll
+        for (int e = 0; e < T::kBlockKeys / 2; ++e)
+            if (!keys.sees(wgmma::row_half(e), k0 + wgmma::accumulator_position(thread, e).column)) s[e] = -INFINITY;
+    };
+    // Probabilities as the A operand of P.V: step k is columns 16k .. 16k + 15.
+    auto pack_probabilities = [&] {
+#pragma unroll
+        for (int k = 0; k < T::kBlockKeys / wgmma::kK; ++k)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) probabilities[k][r] = hopper::pack_pair<kDType>(s[8 * k + 2 * r], s[8 * k + 2 * r + 1]);
+    };
+    auto rescale_output = [&](const float (&rescale)[2]) {
+#pragma unroll
+        for (int e = 0; e < T::kHeadDim / 2; ++e) o[e] *= rescale[wgmma::row_half(e)];
+    };
+    // The tensor cores, in turn: wait for this consumer's turn, then hand it to the next one.
+    auto take_turn = [&] {
+        if constexpr (T::kConsumers > 1) hopper::named_barrier_sync(T::kTurnBarrier + consumer, 2 * wgmma::kThreads);
+    };
+    auto pass_turn = [&] {
+        if constexpr (T::kConsumers > 1)
+            hopper::named_barrier_arrive(T::kTurnBarrier + (consumer + 1) % T::kConsumers, 2 * wgmma::kThreads);
+    };
+    auto release_q = [&] {
+        if (leader) hopper::barrier_arrive(pipe.q_empty());
+    };
+    // Tile row `row`'s position, and where its output goes (nullptr where the row does not exist).
+    auto position_of = [&](int row) { return work.tile.position0 + row % tiling.rows_per_head; };
+    auto output_row = [&](int row) -> uint16_t* {
+        const int head_in_tile = row / tiling.rows_per_head;
+        if (head_in_tile >= work.tile.heads || position_of(row) >= work.len_q) return nullptr;
+        return static_cast<uint16_t*>(p.o) + work.tile.batch * p.o_strides.batch +
+               int64_t(work.tile.head0 + head_in_tile) * p.o_strides.head + int64_t(position_of(row)) * p.o_strides.row;
+    };
+    constexpr int kChunksPerRow = T::kHeadDim / 8;  // 16-byte chunks
+
+    if (consumer == T::kConsumers - 1) pass_turn();  // consumer 0 goes first
+    int q_loads = 0;
+    for (int round = 0; int64_t(round) * gridDim.x < tiling.tiles; ++round) {
+        const int index = persistent_tile(round, blockIdx.x, gridDim.x, tiling.tiles);
+        if (index < 0) continue;
+        work = Work::of(p, tiling, index, T::kBlockKeys);
+        if (!work.has_rows) continue;
+        {
+            int position[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) position[h] = position_of(row0 + wgmma::accumulator_position(thread, 2 * h).row);
+            keys = KeyTiles<kCausal>::of(work, tiling, row0, p.window, position);
+        }
+        softmax.init();
+#pragma unroll
+        for (int e = 0; e < T::kHeadDim / 2; ++e) o[e] = 0.f;
+
+        if (keys.count > 0) {
+            hopper::barrier_wait(pipe.q_full(), uint32_t(q_loads++) & 1u);
+            // Key tile 0: scores, then probabilities.
+            hopper::barrier_wait(pipe.k_full(P::stage(slot)), P::parity(slot));
+            take_turn();
+            qk_gemm(P::stage(slot));
+            pass_turn();
+            hopper::wgmma_wait<0>();
+            hopper::pin_registers(s);
+            if (leader) hopper::barrier_arrive(pipe.k_empty(P::stage(slot)));
+            if (keys.count == 1 && T::kOwnOutputRows) release_q();
+            if (keys.needs_mask(0, T::kBlockKeys)) apply_mask(0);
+            float rescale[2];  // for O, before it takes the latest key tile's P.V
+            softmax.update(s, scale_log2, rescale, row_of);
+            pack_probabilities();
+
+            for (int i = 1; i < keys.count; ++i) {
+                // Key tile i's scores and tile i-1's P.V, issued together; O is rescaled in between.
+                const int stage = P::stage(slot + i), previous = P::stage(slot + i - 1);
+                hopper::barrier_wait(pipe.k_full(stage), P::parity(slot + i));
+                take_turn();
+                qk_gemm(stage);
+                rescale_output(rescale);
+                hopper::barrier_wait(pipe.v_full(previous), P::parity(slot + i - 1));
+                pv_gemm(previous);
+                pass_turn();
+                hopper::wgmma_wait<1>();  // the scores are done; P.V may still run
+                hopper::pin_registers(s);
+                if (leader) hopper::barrier_arrive(pipe.k_empty(stage));
+                if (i == keys.count - 1 && T::kOwnOutputRows) release_q();  // the producer may load the next Q
+                if (keys.needs_mask(i, T::kBlockKeys)) apply_mask(i);
+                softmax.update(s, scale_log2, rescale, row_of);
+                hopper::wgmma_wait<0>();  // P.V of tile i-1 is done: its registers are free
+                hopper::pin_registers(o);
+                pin_probabilities();
+                if (leader) hopper::barrier_arrive(pipe.v_empty(previous));
+                pack_probabilities();
+            }
+
+            const int last = P::stage(slot + keys.count - 1);
+            rescale_output(rescale);
+            hopper::barrier_wait(pipe.v_full(last), P::parity(slot + keys.count - 1));
+            pv_gemm(last);
+            hopper::wgmma_wait<0>();
+            hopper::pin_registers(o);
+            pin_probabilities();
+            if (leader) hopper::barrier_arrive(pipe.v_empty(last));
+            slot += keys.count;
+        }
+        // The tile's placement, derived again rather than held in registers through the main loop.
+        work = Work::of(p, tiling, hopper::opaque(index), T::kBlockKeys);
+
+        // ---- epilogue: normalise, stage the 16-bit rows, store the rows that exist.
+        float inverse[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float total = softmax.total(h);
+            inverse[h] = total > 0.f ? 1.f / total : 0.f;
+            const int row = row0 + wgmma::accumulator_position(thread, 2 * h).row;
+            if (p.lse && thread % 4 == 0 && output_row(row)) {
+                const int head = work.tile.head0 + row / tiling.rows_per_head;
+                p.lse[(work.tile.batch * p.heads_q + head) * p.seqlen_q + position_of(row)] = softmax.lse(h, total);
+            }
+        }
+        if (keys.count == 0) {  // no key seen: zeros, straight to memory (the staging rows may be the next Q's)
+            for (int chunk = thread; chunk < wgmma::kRows * kChunksPerRow; chunk += wgmma::kThreads) {
+                if (uint16_t* row = output_row(row0 + chunk / kChunksPerRow))
+                    *reinterpret_cast<uint4*>(row + chunk % kChunksPerRow * 8) = make_uint4(0, 0, 0, 0);
+            }
+            continue;
+        }
+        if (T::kOwnOutputRows) hopper::named_barrier_sync(T::kEpilogueBarrier + consumer, wgmma::kThreads);  // previous tile's reads done
+#pragma unroll
+        for (int e = 0; e < T::kHeadDim / 2; e += 2) {
+            const wgmma::Position at = wgmma::accumulator_position(thread, e);
+            const float scale = inverse[wgmma::row_half(e)];
+            *reinterpret_cast<uint32_t*>(output_rows + wgmma::swizzled_offset(T::kBlockRows, row0 + at.row, at.column)) =
+                hopper::pack_pair<kDType>(o[e] * scale, o[e + 1] * scale);
+        }
+        hopper::named_barrier_sync(T::kEpilogueBarrier + consumer, wgmma::kThreads);
+        for (int chunk = thread; chunk < wgmma::kRows * kChunksPerRow; chunk += wgmma::kThreads) {
+            const int row = row0 + chunk / kChunksPerRow, column = chunk % kChunksPerRow * 8;
+            if (uint16_t* out = output_row(row))
+                *reinterpret_cast<uint4*>(out + column) =
+                    *reinterpret_cast<const uint4*>(output_rows + wgmma::swizzled_offset(T::kBlockRows, row, column));
+        }
+        if (!T::kOwnOutputRows) {  // the staging rows were Q's: free them once every thread has read its share
+            hopper::named_barrier_sync(T::kEpilogueBarrier + consumer, wgmma::kThreads);
+            release_q();
+        }
+    }
+    if (consumer == 0) take_turn();  // the last consumer's final hand-over
+}
+
+}  // namespace mmaprefill
+}  // namespace fmha
