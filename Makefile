@@ -6,8 +6,13 @@ HIPCC ?= $(shell command -v hipcc)
 NVCC ?= $(or $(shell command -v nvcc),$(wildcard /usr/local/cuda/bin/nvcc))
 PLATFORM ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo nvidia; elif [ -e /dev/kfd ]; then echo amd; \
                     elif [ -n "$(HIPCC)" ]; then echo amd; elif [ -n "$(NVCC)" ]; then echo nvidia; fi)
-# A Python with jinja2 (generator) and pytest (tests): Debian's, or whichever python3 has them.
-PYTHON ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import jinja2, pytest' 2>/dev/null && command -v $$p && break; done)
+# The Python of the generator and the tests: yours (PYTHON=...), else tools/python.sh chooses
+# it, as it does for `make deps`.
+ifeq ($(PYTHON),)
+PYTHON := $(shell bash tools/python.sh 2>/dev/null)
+endif
+# Compiler launcher: ccache when installed, for rebuilds (`make LAUNCHER=` at configure: none).
+LAUNCHER ?= $(shell command -v ccache)
 JOBS ?= $(shell nproc)
 BUILD_DIR = build/$(PLATFORM)
 BINARIES = fmha.exe fmha_unit_tests fmha_gpu_tests
@@ -26,7 +31,8 @@ deps:
 
 check-platform:
 	@case "$(PLATFORM)" in amd|nvidia) ;; *) echo "make: no platform: install hipcc or nvcc (make deps), or set PLATFORM=amd|nvidia" >&2; exit 1;; esac
-	@[ -n "$(PYTHON)" ] || { echo "make: no python3 with jinja2 and pytest (make deps)" >&2; exit 1; }
+	@PYTHON="$(PYTHON)" bash tools/python.sh >/dev/null || { echo "make: $(if $(filter file,$(origin PYTHON)),\
+	  run \`make deps\`: it installs them,install them into PYTHON=$(PYTHON) or unset PYTHON)" >&2; exit 1; }
 
 # Re-renders the recorded catalogue selection (python3 setup.py ... to change it); only
 # changed files are rewritten, so Ninja rebuilds only what moved.
@@ -35,14 +41,16 @@ generate: check-platform
 
 configure: generate
 	@[ -f $(BUILD_DIR)/build.ninja ] || cmake -S . -B $(BUILD_DIR) -G Ninja -DFMHA_PLATFORM=$(PLATFORM) \
-	  -DFMHA_PYTHON=$(PYTHON) $(CMAKE_COMPILERS)
+	  -DFMHA_PYTHON=$(PYTHON) $(CMAKE_COMPILERS) \
+	  -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) -DCMAKE_CUDA_COMPILER_LAUNCHER=$(LAUNCHER)
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 	@mkdir -p bin && for b in $(BINARIES); do [ ! -f $(BUILD_DIR)/$$b ] || cp $(BUILD_DIR)/$$b bin/; done
 	@echo "make: $(PLATFORM) build in $(BUILD_DIR), binaries in bin/"
 
-# Each AMD kernel's VGPR/AGPR/SGPR, scratch, spills, LDS and occupancy; fails on any spill.
+# Each AMD kernel's VGPR/AGPR/SGPR, scratch, spills, LDS and occupancy, as its compile reported
+# them; fails on scratch or a VGPR spill (SGPR spills stay in VGPR lanes, not memory).
 resources: configure
 	@cmake --build $(BUILD_DIR) --target resources -j $(JOBS)
 

@@ -10,12 +10,15 @@ machine has no GPU.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import pytest
 
+from generator.archs import ARCHS
 from generator.tests.test_generator import *  # noqa: F401,F403  (the generator's tests)
 
 REPO = Path(__file__).resolve().parent
@@ -117,8 +120,18 @@ def test_gpu(gtest_results, case):
     (["-s", "4", "-s-q", "8", "-causal-mask"], "leaves the first 4 query rows"),
     (["-layout", "qkv-packed", "-h", "8", "-gqa", "2"], "packed QKV layout"),
     (["-runs", "0"], "-runs must be at least 1"),
-    (["-scale-bmm1", "inf"], "finite number"),
-    (["-d", "72"], "--head-dims 72"),
+    (["-scale-bmm1", "inf"], "expects a finite fp32 number"),
+    (["-scale-bmm1", "0"], "leave it out for the default 1/sqrt(d)"),
+    (["-scale-bmm1", "1e-50"], "|X| >= 1.2e-38, got '1e-50'"),
+    (["-scale-bmm1", "1e-40"], "|X| >= 1.2e-38, got '1e-40'"),
+    (["-min-s", "0"], "-min-s must be in [1, s] = [1, 384] (got 0)"),
+    (["-s", "8", "-min-s", "9"], "-min-s must be in [1, s] = [1, 8] (got 9)"),
+    (["-kernel", ""], "flag -kernel needs a non-empty value"),
+    (["-save-tensors", ""], "flag -save-tensors needs a non-empty value"),
+    (["-v", "99"], "-v must be 0, 1 or 2 (got 99)"),
+    (["-sliding-window-size", "0"], "-sliding-window-size must be positive"),
+    (["-fp16", "-bf16"], "-fp16 and -bf16 disagree"),
+    (["-d", "64", "-d", "128"], "flag -d given twice"),
     (["-d", "96", "-bf16"], "nearest kernels"),
     (["-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_gfx1100"], "not in this build's catalogue"),
 ])
@@ -127,6 +140,35 @@ def test_bad_input_exits_2_with_a_message(args, message):
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr and "terminate" not in result.stderr
+
+
+@pytest.mark.parametrize("head_dim", [7, 72, 100, 264, 100000])
+def test_head_dim_advice_works_when_pasted(head_dim):
+    """The command fmha.exe prints adds the head_dim; where the generator rejects it, no command."""
+    result = fmha("-d", head_dim)
+    assert result.returncode == 2, result.stdout + result.stderr
+    generator = subprocess.run([sys.executable, "setup.py", "--refresh", "--head-dims", str(head_dim), "--list"],
+                               cwd=REPO, capture_output=True, text=True)
+    command = re.search(r"python3 setup.py (.*) && make$", result.stderr, re.M)
+    if generator.returncode != 0:
+        assert not command and f"head_dim {head_dim} cannot be generated" in result.stderr, result.stderr
+        return
+    assert command, result.stderr
+    pasted = subprocess.run([sys.executable, "setup.py", *command.group(1).split(), "--list"], cwd=REPO,
+                            capture_output=True, text=True)
+    assert pasted.returncode == 0, pasted.stderr
+    assert any(f"_d{head_dim}_" in name for name in pasted.stdout.split())
+
+
+def test_a_forced_kernel_that_does_not_fit_says_which_fields():
+    name = next(line.split()[0] for line in fmha("-list").stdout.splitlines() if line.startswith("fmha_fwd_"))
+    dtype, head_dim = name.split("_")[2], int(name.split("_")[3][1:])
+    other = "bf16" if dtype == "fp16" else "fp16"
+    result = fmha("-kernel", name, f"-{other}", "-d", head_dim + 8)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert (f"cannot run this problem: its dtype is {dtype}, the problem's {other} (-{dtype}); its head_dim is "
+            f"{head_dim}, the problem's {head_dim + 8} (-d {head_dim})") in result.stderr
+    assert "setup.py" not in result.stderr  # the kernel exists: nothing to regenerate
 
 
 def test_help_lists_the_flags_and_exits_0():
@@ -152,7 +194,112 @@ def test_list_matches_the_generator():
 def test_no_gpu_is_reported_with_exit_3():
     result = fmha("-b", "2", "-h", "2", "-s", "8", "-d", "64")
     assert result.returncode == 3
-    assert "no GPU found" in result.stderr
+    # The cause, not a runtime's guess (CUDA's runtime without a driver blames the driver's version).
+    assert re.search(r"no GPU found: (no (NVIDIA|AMD GPU) driver|the (NVIDIA|AMD) driver sees no GPU|no access to /dev/kfd)",
+                     result.stderr), result.stderr
+
+
+# ---------------------------------------------------------------- set-up on a fresh machine
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="make deps installs packages as root")
+def test_make_deps_completes_the_python_that_make_takes(tmp_path):
+    """The image's case: python3 on PATH has jinja2 but not pytest, the system's python3 pytest
+    but not jinja2. `make` sends the user to `make deps`, which installs what the system's python3
+    lacks and names it; then `make` takes that one. Stand-ins: two venvs whose modules are empty
+    packages, and an apt-get that adds python3-<module> to the system one."""
+    def python_with(name, *modules):
+        venv.create(tmp_path / name, with_pip=False)
+        site = next((tmp_path / name).glob("lib/python3*/site-packages"))
+        for module in modules:
+            (site / module).mkdir()
+            (site / module / "__init__.py").write_text("")
+        return tmp_path / name / "bin" / "python3", site
+
+    path_python, _ = python_with("pyenv", "jinja2")
+    system_python, system_site = python_with("system", "pytest")
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "apt-get").write_text(
+        "#!/bin/sh\nfor package in \"$@\"; do case $package in python3-*)\n"
+        f"  mkdir {system_site}/${{package#python3-}} && touch {system_site}/${{package#python3-}}/__init__.py;; esac; done\n")
+    (fake_bin / "apt-get").chmod(0o755)
+    env = {**os.environ, "PATH": f"{path_python.parent}:{fake_bin}:{os.environ['PATH']}",
+           "FMHA_SYSTEM_PYTHON": str(system_python)}
+    env.pop("PYTHON", None)
+
+    def make(*args):
+        return subprocess.run(["make", *args, "PLATFORM=nvidia"], cwd=REPO, env=env, capture_output=True, text=True)
+
+    before = make("check-platform")
+    assert before.returncode != 0 and "run `make deps`" in before.stderr, before.stderr
+    deps = make("deps")
+    assert deps.returncode == 0, deps.stdout + deps.stderr
+    assert "python3-jinja2 python3-numpy" in deps.stdout and "python3-pytest" not in deps.stdout, deps.stdout
+    assert f"the build's Python is {system_python}" in deps.stdout
+    after = make("-n", "generate")
+    assert after.returncode == 0 and f"{system_python} setup.py --refresh" in after.stdout, after.stdout + after.stderr
+
+
+# ---------------------------------------------------------------- the build: incremental
+
+def build_setting(name):
+    """A setting of the CMake build the binaries come from (None when FMHA_BIN_DIR is not one)."""
+    cache = BIN / "CMakeCache.txt"
+    text = cache.read_text() if cache.exists() else ""
+    found = re.search(rf"^{name}:\w+=(.*)$", text, re.M)
+    return found.group(1) if found else None
+
+
+PLATFORM = build_setting("FMHA_PLATFORM")
+needs_build_dir = pytest.mark.skipif(PLATFORM is None, reason=f"{BIN} is not a CMake build folder (make test sets one)")
+
+
+def run(command, cwd):
+    result = subprocess.run(list(map(str, command)), cwd=cwd, capture_output=True, text=True)
+    assert result.returncode == 0, f"{command}:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@needs_build_dir
+def test_make_again_compiles_nothing(tmp_path):
+    """What `make` does once more after `make` (and so `make test` after `make`): render the
+    recorded selection (into a copy of generated/), which must rewrite nothing, and leave Ninja
+    nothing to do."""
+    shutil.copytree(REPO / "generated", tmp_path / "generated")
+    assert "wrote 0 changed file(s)" in run([sys.executable, "setup.py", "--refresh", "--out", tmp_path / "generated"], REPO)
+    assert "ninja: no work to do" in run(["ninja", "-C", BIN, "-n"], REPO)
+
+
+@needs_build_dir
+def test_adding_a_head_dim_compiles_only_its_kernels_and_the_table(tmp_path):
+    """In a copy of the tree with a one-kernel catalogue, configured by the Makefile as a user's
+    is, with a launcher that writes dependencies instead of compiling: every object is up to
+    date, then `setup.py --refresh --head-dims 96` leaves exactly the new kernel and the table to compile."""
+    copy = tmp_path / "fmha"
+    skipped = {"build", "bin", "generated", ".git", ".pytest_cache"}
+    shutil.copytree(REPO, copy, ignore=lambda folder, names: [
+        name for name in names if name == "__pycache__" or (Path(folder) == REPO and name in skipped)])
+    arch = next(a.name for a in ARCHS.values() if a.platform == PLATFORM)
+    run([sys.executable, "setup.py", "--only", "--dtypes", "fp16", "--head-dims", "64", "--heads", "mha", "--masks",
+         "nomask", "--families", "decode", "--archs", arch], copy)
+    build = copy / "build" / PLATFORM
+    run(["make", "configure", f"PLATFORM={PLATFORM}", f"PYTHON={sys.executable}",
+         f"LAUNCHER={copy / 'tests' / 'build' / 'deps_only_launcher.py'}"], copy)
+
+    def objects():
+        targets = run(["ninja", "-C", build, "-t", "targets", "all"], copy)
+        return sorted(line.split(":")[0] for line in targets.splitlines() if line.split(":")[0].endswith(".o"))
+
+    def to_compile():
+        dry_run = run(["ninja", "-C", build, "-n", *objects()], copy)
+        return {line.split()[-1] for line in dry_run.splitlines() if " Building " in line}
+
+    run(["ninja", "-C", build, *objects()], copy)
+    assert to_compile() == set()
+    run([sys.executable, "setup.py", "--refresh", "--head-dims", "96"], copy)
+    run(["ninja", "-C", build, "build.ninja"], copy)  # CMake reads the new kernel list
+    expected = {f"generated/kernels/fmha_fwd_fp16_d96_mha_nomask_decode_{arch}.hip.o", f"generated/kernel_table_{PLATFORM}.cpp.o"}
+    assert {name.split(".dir/", 1)[1] for name in to_compile()} == expected
 
 
 # ---------------------------------------------------------------- fmha.exe on the GPU

@@ -1,6 +1,13 @@
 # AMD: hipcc (CMAKE_CXX_COMPILER) for everything. Host-only files are compiled with
 # --offload-host-only; device files once per target; each catalogue kernel only for its arch.
 
+# Every compile and link runs with TMPDIR in the build folder (CMakeLists.txt), then through the
+# launcher the Makefile passes (ccache when installed).
+set(FMHA_LAUNCHER ${CMAKE_CXX_COMPILER_LAUNCHER})
+set(WITH_TMPDIR ${CMAKE_COMMAND} -E env TMPDIR=${FMHA_TMPDIR})
+set(CMAKE_CXX_COMPILER_LAUNCHER ${WITH_TMPDIR} ${FMHA_LAUNCHER})
+set(CMAKE_CXX_LINKER_LAUNCHER ${WITH_TMPDIR})
+
 # Picks the first offload target of an arch that this hipcc knows (gfx942 needs ROCm >= 5.7;
 # older toolchains compile CDNA3 as gfx940 and the configure log says so).
 function(fmha_pick_target arch out)
@@ -22,12 +29,11 @@ endfunction()
 
 set(AMD_TARGETS)
 set(KERNEL_OBJECTS)
-set(RESOURCE_REPORTS)
+set(KERNEL_TARGETS)
 set(HIP_DEVICE_FLAGS -O3 -fno-gpu-rdc)  # the flags kernels are built with (no fast-math: masks rely on -inf)
-set(INCLUDE_FLAGS)
-foreach(dir ${INCLUDE_DIRS})
-  list(APPEND INCLUDE_FLAGS -I${dir})
-endforeach()
+# Each kernel's compile writes the compiler's resource report to resources/<kernel>.txt.
+set(RESOURCE_REPORTS ${CMAKE_BINARY_DIR}/resources)
+file(MAKE_DIRECTORY ${RESOURCE_REPORTS})
 foreach(arch ${PLATFORM_ARCHS})
   fmha_pick_target(${arch} target)
   list(APPEND AMD_TARGETS ${target})
@@ -37,22 +43,12 @@ foreach(arch ${PLATFORM_ARCHS})
     add_library(kernels_${arch} OBJECT ${FMHA_KERNELS_${arch}})
     set_source_files_properties(${FMHA_KERNELS_${arch}} PROPERTIES LANGUAGE CXX)
     target_include_directories(kernels_${arch} PRIVATE ${INCLUDE_DIRS})
-    target_compile_options(kernels_${arch} PRIVATE -x hip --offload-arch=${target} ${HIP_DEVICE_FLAGS})
+    target_compile_options(kernels_${arch} PRIVATE -x hip --offload-arch=${target} ${HIP_DEVICE_FLAGS}
+                           -Rpass-analysis=kernel-resource-usage)
+    set_target_properties(kernels_${arch} PROPERTIES CXX_COMPILER_LAUNCHER
+      "${WITH_TMPDIR};sh;${CMAKE_SOURCE_DIR}/tools/resource_remarks.sh;${RESOURCE_REPORTS};${FMHA_LAUNCHER}")
     list(APPEND KERNEL_OBJECTS $<TARGET_OBJECTS:kernels_${arch}>)
-    # The compiler's resource report of each kernel (device-only compile, same flags). The
-    # compiler's depfile makes a header edit redo the reports that include it.
-    foreach(source ${FMHA_KERNELS_${arch}})
-      get_filename_component(name ${source} NAME_WE)
-      set(report ${CMAKE_BINARY_DIR}/resources/${name}.txt)
-      add_custom_command(OUTPUT ${report}
-        COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/resources
-        COMMAND sh -c "\"$0\" \"$@\" > ${report} 2>&1 || { cat ${report}; exit 1; }"
-                ${CMAKE_CXX_COMPILER} -std=c++17 -x hip --offload-arch=${target} --offload-device-only
-                ${HIP_DEVICE_FLAGS} ${INCLUDE_FLAGS} -Rpass-analysis=kernel-resource-usage -c ${source} -o /dev/null
-                -MD -MF ${report}.d -MT ${report}
-        DEPENDS ${source} DEPFILE ${report}.d VERBATIM)
-      list(APPEND RESOURCE_REPORTS ${report})
-    endforeach()
+    list(APPEND KERNEL_TARGETS kernels_${arch})
   endif()
 endforeach()
 list(REMOVE_DUPLICATES AMD_TARGETS)
@@ -89,5 +85,5 @@ function(fmha_platform_setup target)
 endfunction()
 
 add_custom_target(resources
-  COMMAND ${FMHA_PYTHON} ${CMAKE_SOURCE_DIR}/tools/resources.py ${CMAKE_BINARY_DIR}/resources
-  DEPENDS ${RESOURCE_REPORTS} USES_TERMINAL)
+  COMMAND ${FMHA_PYTHON} ${CMAKE_SOURCE_DIR}/tools/resources.py ${RESOURCE_REPORTS} USES_TERMINAL)
+add_dependencies(resources ${KERNEL_TARGETS})

@@ -32,8 +32,8 @@ set(NVCC_FLAGS -O3 -Xptxas=-warn-spills)  # no fast-math: masks rely on -inf, th
 function(fmha_platform_setup target)
   target_include_directories(${target} BEFORE PRIVATE ${HIP_ON_CUDA})
   target_link_libraries(${target} PRIVATE CUDA::cudart_static)
-  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${CUDA_ARCHS}"
-                        CUDA_COMPILER_LAUNCHER ${CMAKE_SOURCE_DIR}/cmake/ptxas_guard.sh)
+  set(launcher ${CMAKE_SOURCE_DIR}/cmake/ptxas_guard.sh ${CMAKE_CUDA_COMPILER_LAUNCHER})  # then ccache, if any
+  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${CUDA_ARCHS}" CUDA_COMPILER_LAUNCHER "${launcher}")
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${NVCC_FLAGS}>)
 endfunction()
 

@@ -27,14 +27,23 @@ class Family:
     description: str
     matrix_cores: tuple = ()  # matrix instruction sets (archs.MATRIX_CORES) it runs on; () = any arch
 
+    def takes_head_dim(self, head_dim):
+        return 0 < head_dim <= self.max_head_dim and head_dim % self.head_dim_multiple == 0
+
+    @property
+    def head_dim_rule(self):
+        return f"a multiple of {self.head_dim_multiple} up to {self.max_head_dim}"
+
+    def runs_on(self, arch):
+        """Whether the family has a main loop for the arch's matrix core."""
+        return not self.matrix_cores or ARCHS[arch].matrix_core in self.matrix_cores
+
     def declines(self, config):
         """Returns (field, value, why) for each field of the tuple this family does not offer."""
         reasons = []
-        d = config.head_dim
-        if d <= 0 or d % self.head_dim_multiple or d > self.max_head_dim:
-            reasons.append(("head_dim", d, f"needs a multiple of {self.head_dim_multiple} up to {self.max_head_dim}"))
-        arch = ARCHS.get(config.arch)
-        if self.matrix_cores and arch and arch.matrix_core not in self.matrix_cores:
+        if not self.takes_head_dim(config.head_dim):
+            reasons.append(("head_dim", config.head_dim, f"needs {self.head_dim_rule}"))
+        if config.arch in ARCHS and not self.runs_on(config.arch):
             reasons.append(("arch", config.arch, f"needs matrix core {' or '.join(self.matrix_cores)}"))
         return reasons
 
@@ -95,6 +104,11 @@ class KernelConfig:
         if problems:
             raise ValueError(f"invalid kernel name {name!r}: " + "; ".join(problems))
         return config
+
+
+def offered(family, arch):
+    """Whether the named family has kernels for the named arch."""
+    return FAMILIES[family].runs_on(arch)
 
 
 def unknown_values(config):
@@ -163,13 +177,13 @@ def select(axes, name_glob="*"):
         elif fnmatch.fnmatchcase(config.name, name_glob):
             for field, value, why in declined:
                 skipped[config.family][(field, why)].add(value)
-    if unknown:
-        raise ValueError("invalid configs:\n  " + "\n  ".join(sorted(unknown)))
+    unknown_values_named = {line.split(" (")[0] for line in unknown}  # e.g. "unknown arch 'gfx1100'"
     unbuildable = [f"{field} {value}: no family offers it (" +
                    "; ".join(f"{family}: {why}" for family, why in sorted(why_not[(field, value)].items())) + ")"
-                   for field in order for value in axes[field] if value not in offered[field]]
-    if unbuildable:
-        raise ValueError("invalid configs:\n  " + "\n  ".join(unbuildable))
+                   for field in order for value in axes[field]
+                   if value not in offered[field] and f"unknown {field} {value!r}" not in unknown_values_named]
+    if unknown or unbuildable:  # every invalid value, each once
+        raise ValueError("invalid configs:\n  " + "\n  ".join(sorted(unknown) + unbuildable))
     return Selection(sorted(configs), {f: dict(r) for f, r in skipped.items()})
 
 

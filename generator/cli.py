@@ -25,15 +25,15 @@ def parse_args(argv):
         description="Generate the fmha kernel catalogue: one HIP source per config tuple plus "
                     "the kernel tables, under generated/. Axis options ADD values to the "
                     "default axes (e.g. --head-dims 96); the selection is recorded in "
-                    "generated/selection.json and reused by --refresh (what `make` runs).")
+                    "generated/selection.json and reused by --refresh (what `make` runs), to which axis options then add.")
     p.add_argument("--list", action="store_true", help="print the selected kernel names; write nothing")
-    p.add_argument("--filter", default="*", metavar="GLOB",
-                   help="keep only kernels whose name matches this fnmatch glob")
+    p.add_argument("--filter", metavar="GLOB",
+                   help="keep only kernels whose name matches this fnmatch glob (default: *)")
     p.add_argument("--only", action="store_true",
                    help="axis options replace the default values instead of adding to them")
     p.add_argument("--refresh", action="store_true",
-                   help="re-render the selection recorded in generated/selection.json "
-                        "(the default catalogue when there is none)")
+                   help="re-render the selection recorded in generated/selection.json (the "
+                        "default catalogue when there is none); axis options add to it")
     p.add_argument("--out", default=str(REPO / "generated"), help="output folder (default: generated/)")
     for option, (axis, kind) in AXIS_OPTIONS.items():
         p.add_argument("--" + option.replace("_", "-"), nargs="+", type=kind, default=[],
@@ -43,12 +43,18 @@ def parse_args(argv):
 
 
 def selection_from_args(args):
-    recorded = Path(args.out) / "selection.json"
-    if args.refresh:
-        return json.loads(recorded.read_text()) if recorded.exists() else {"add": {}, "only": False, "filter": "*"}
+    """The selection to render; raises ValueError for options that contradict --refresh."""
     add = {axis: getattr(args, option) for option, (axis, _) in AXIS_OPTIONS.items()
            if getattr(args, option)}
-    return {"add": add, "only": args.only, "filter": args.filter}
+    if not args.refresh:
+        return {"add": add, "only": args.only, "filter": args.filter or "*"}
+    if args.only or args.filter is not None:
+        raise ValueError("--refresh keeps the recorded --only and --filter: leave out --refresh to change them")
+    recorded = Path(args.out) / "selection.json"
+    selection = json.loads(recorded.read_text()) if recorded.exists() else {"add": {}, "only": False, "filter": "*"}
+    for axis, values in add.items():  # added to what was recorded, as the fmha.exe advice needs
+        selection["add"][axis] = list(dict.fromkeys(selection["add"].get(axis, []) + values))
+    return selection
 
 
 def axes_of(selection):
@@ -70,8 +76,8 @@ def summary(configs):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    selection = selection_from_args(args)
     try:
+        selection = selection_from_args(args)
         catalogue = select(axes_of(selection), selection["filter"])
     except ValueError as error:
         print(f"setup.py: {error}", file=sys.stderr)

@@ -35,6 +35,11 @@ def write_if_different(path, text):
     return True
 
 
+def selection_json(selection):
+    """The selection as canonical JSON: the same selection gives the same bytes whichever command made it."""
+    return json.dumps(selection, sort_keys=True)
+
+
 def render_all(configs, selection):
     """Returns {relative path: text} for the whole generated/ tree."""
     env = environment()
@@ -44,11 +49,11 @@ def render_all(configs, selection):
             config=config, arch=ARCHS[config.arch], family=FAMILIES[config.family])
     for platform in PLATFORMS:
         files[f"kernel_table_{platform}.cpp"] = env.get_template("kernel_table.cpp.j2").render(
-            platform=platform, configs=[c for c in configs if c.platform == platform])
+            platform=platform, configs=[c for c in configs if c.platform == platform],
+            selection=selection_json(selection))
     files["fmha_catalogue.h"] = env.get_template("fmha_catalogue.h.j2").render(
         dtypes=DTYPES, heads_kinds=HEADS_KINDS, masks=MASKS, families=list(FAMILIES.values()),
-        archs=list(ARCHS.values()), platforms=PLATFORMS, matrix_cores=MATRIX_CORES,
-        selection=json.dumps(selection))
+        archs=list(ARCHS.values()), platforms=PLATFORMS, matrix_cores=MATRIX_CORES)
     files["kernels.cmake"] = env.get_template("kernels.cmake.j2").render(
         archs=list(ARCHS.values()),
         kernels_by_arch={a: [c.name for c in configs if c.arch == a] for a in ARCHS})

@@ -9,7 +9,7 @@ from generator import cli
 from generator.archs import ARCHS, MATRIX_CORES
 from generator import catalogue
 from generator.catalogue import (DEFAULT_AXES, DTYPES, FAMILIES, HEADS_KINDS, MASKS, Family, KernelConfig,
-                                 enumerate_configs, select, validate)
+                                 enumerate_configs, offered, select, validate)
 from generator.render import environment, render_all, write_all
 
 
@@ -17,16 +17,14 @@ def default_configs():
     return enumerate_configs(DEFAULT_AXES)
 
 
-def archs_offered(family):
-    return {a.name for a in ARCHS.values() if not family.matrix_cores or a.matrix_core in family.matrix_cores}
+def offered_pairs():
+    """How many (family, arch) pairs have kernels: each family on the archs it has a main loop for."""
+    return sum(offered(family, arch) for family in FAMILIES for arch in ARCHS)
 
 
-def test_default_catalogue_is_the_full_product_of_what_each_family_offers():
+def test_default_catalogue_is_the_product_of_what_each_family_runs_on():
     configs = default_configs()
-    for name, family in FAMILIES.items():
-        built = [c for c in configs if c.family == name]
-        assert {c.arch for c in built} == archs_offered(family)
-        assert len(built) == 2 * 3 * 3 * 2 * len(archs_offered(family))  # dtypes, head dims, heads, masks
+    assert len(configs) == 2 * 3 * 3 * 2 * offered_pairs()
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "sm90"}
 
@@ -158,7 +156,7 @@ def test_writes_only_changed_files_and_removes_stale_kernels(tmp_path):
     selection = {"add": {}, "only": False, "filter": "*"}
     configs = enumerate_configs(DEFAULT_AXES, "*_fp16_d64_*")
     written, removed = write_all(tmp_path, configs, selection)
-    assert written == len(configs) + 6 and removed == 0  # + 2 kernel tables, header, cmake list, wgmma header, selection
+    assert written == len(render_all(configs, selection)) and removed == 0
     assert write_all(tmp_path, configs, selection) == (0, 0)
     fewer = [c for c in configs if c.arch == "sm90"]
     written, removed = write_all(tmp_path, fewer, selection)
@@ -176,12 +174,47 @@ def test_cli_adds_a_head_dim_and_refresh_keeps_it(tmp_path, capsys):
     out = str(tmp_path)
     assert cli.main(["--head-dims", "96", "--out", out]) == 0
     names = {p.stem for p in (tmp_path / "kernels").glob("*.hip")}
-    assert len(names) == len(default_configs()) + 2 * 3 * 2 * sum(len(archs_offered(f)) for f in FAMILIES.values())
+    assert len(names) == len(default_configs()) + 2 * 3 * 2 * offered_pairs()
     assert "fmha_fwd_fp16_d96_gqa_causal_prefill_sm90" in names
     assert json.loads((tmp_path / "selection.json").read_text())["add"] == {"head_dim": [96]}
     assert cli.main(["--refresh", "--out", out]) == 0
     assert {p.stem for p in (tmp_path / "kernels").glob("*.hip")} == names
-    assert '"head_dim": [96]' in (tmp_path / "fmha_catalogue.h").read_text()
+    assert '"head_dim": [96]' in (tmp_path / "kernel_table_nvidia.cpp").read_text()
+
+
+def snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_either_command_renders_the_same_bytes(tmp_path, capsys):
+    """`setup.py ...` then `setup.py --refresh` (what make runs) rewrites nothing."""
+    argv = ["--only", "--head-dims", "64", "--dtypes", "fp16", "--archs", "sm90", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    assert cli.main(["--refresh", "--out", str(tmp_path)]) == 0
+    assert "wrote 0 changed file(s)" in capsys.readouterr().out
+    assert snapshot(tmp_path) == before
+
+
+def test_adding_a_head_dim_changes_only_the_new_kernels_and_the_lists(tmp_path):
+    """Kernel sources and the header they include stay byte-identical, so Ninja compiles only
+    the new kernels and the table."""
+    assert cli.main(["--only", "--head-dims", "64", "--heads", "mha", "--out", str(tmp_path)]) == 0
+    before = snapshot(tmp_path)
+    assert cli.main(["--refresh", "--head-dims", "96", "--out", str(tmp_path)]) == 0
+    after = snapshot(tmp_path)
+    changed = {path for path in after if before.get(path) != after[path]}
+    added = {path for path in after if path not in before}
+    assert added and all("_d96_" in path for path in added)
+    assert changed - added == {"kernel_table_amd.cpp", "kernel_table_nvidia.cpp", "kernels.cmake", "selection.json"}
+    assert json.loads(after["selection.json"])["add"]["head_dim"] == [64, 96]
+
+
+def test_refresh_keeps_the_recorded_only_and_filter(tmp_path, capsys):
+    assert cli.main(["--refresh", "--only", "--out", str(tmp_path)]) == 2
+    assert cli.main(["--refresh", "--filter", "*", "--out", str(tmp_path)]) == 2
+    assert "leave out --refresh" in capsys.readouterr().err
 
 
 def test_cli_only_replaces_the_defaults(tmp_path, capsys):
@@ -198,3 +231,23 @@ def test_cli_only_replaces_the_defaults(tmp_path, capsys):
 def test_cli_errors_exit_2_with_a_reason(tmp_path, capsys, argv, message):
     assert cli.main(argv + ["--out", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_head_dim_some_family_does_not_take_is_skipped_there_and_said(tmp_path, capsys):
+    strict = [f for f in FAMILIES.values() if not f.takes_head_dim(72)]
+    assert cli.main(["--head-dims", "72", "--out", str(tmp_path)]) == 0
+    names = {p.stem for p in (tmp_path / "kernels").glob("*_d72_*.hip")}
+    assert names and not any(name.split("_")[6] in {f.name for f in strict} for name in names)
+    out = capsys.readouterr().out
+    for family in strict:
+        assert f"{family.name} skips head_dim 72 (needs {family.head_dim_rule})" in out
+    for family in strict:  # taken by no family of the selection: an error
+        assert cli.main(["--only", "--families", family.name, "--head-dims", "72", "--list", "--out", str(tmp_path)]) == 2
+        assert f"head_dim 72: no family offers it ({family.name}: needs {family.head_dim_rule})" in capsys.readouterr().err
+
+
+def test_an_invalid_value_is_reported_once(tmp_path, capsys):
+    assert cli.main(["--head-dims", "7", "100000", "--archs", "gfx1100", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("head_dim 7:") == 1 and err.count("head_dim 100000:") == 1 and err.count("gfx1100") == 1
+    assert "a multiple of 8 up to 256" in err

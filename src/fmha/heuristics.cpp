@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
 #include "kernels/decode/limits.h"
 
@@ -37,17 +38,28 @@ std::vector<FamilyChoice> family_preference(const Problem& p) {
 }  // namespace
 
 bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_not) {
-    std::string why;
-    if (key.dtype != p.dtype) why = std::string("dtype is ") + token(key.dtype);
-    else if (key.head_dim != p.head_dim) why = "head_dim is " + std::to_string(key.head_dim);
-    else if (key.mask != p.mask()) why = std::string("mask is ") + token(key.mask);
-    else if (key.family == Family::mmaprefill && !(p.softmax_scale() > 0.f))
-        why = "the tensor-core family takes a positive softmax scale only";
-    else if (!heads_fit(key.heads, p))
-        why = std::string("a ") + token(key.heads) + " kernel cannot run " + token(p.heads_kind()) + " (h=" +
-              std::to_string(p.heads_q) + ", h_kv=" + std::to_string(p.heads_kv) + ")";
-    if (why_not) *why_not = why;
-    return why.empty();
+    // Each field that does not fit, with the flag that would make the problem fit the kernel.
+    std::vector<std::string> misfits;
+    if (key.dtype != p.dtype)
+        misfits.push_back(std::string("its dtype is ") + token(key.dtype) + ", the problem's " + token(p.dtype) + " (-" +
+                          token(key.dtype) + ")");
+    if (key.head_dim != p.head_dim)
+        misfits.push_back("its head_dim is " + std::to_string(key.head_dim) + ", the problem's " + std::to_string(p.head_dim) +
+                          " (-d " + std::to_string(key.head_dim) + ")");
+    if (key.mask != p.mask())
+        misfits.push_back(std::string("its mask is ") + token(key.mask) + ", the problem's " + token(p.mask()) +
+                          (key.mask == Mask::causal ? " (-causal-mask)" : " (no -causal-mask or -sliding-window-size)"));
+    if (key.family == Family::mmaprefill && !(p.softmax_scale() > 0.f))
+        misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
+    if (!heads_fit(key.heads, p))
+        misfits.push_back(std::string("its heads kind is ") + token(key.heads) + ", the problem's " + token(p.heads_kind()) +
+                          " (h=" + std::to_string(p.heads_q) + ", h_kv=" + std::to_string(p.heads_kv) + ")" +
+                          (key.heads == HeadsKind::mqa ? " (-mqa)" : " (no -gqa or -mqa)"));
+    if (why_not) {
+        why_not->clear();
+        for (const std::string& misfit : misfits) *why_not += (why_not->empty() ? "" : "; ") + misfit;
+    }
+    return misfits.empty();
 }
 
 Selection select_kernel(const Problem& p, Arch arch) {
@@ -90,9 +102,34 @@ std::vector<std::string> nearest_kernels(const Problem& p, size_t count) {
     return names;
 }
 
-std::string regenerate_command(const Problem& p) {
-    std::string command = "python3 setup.py --head-dims " + std::to_string(p.head_dim);
-    return command + " && make";
+std::string regenerate_advice(const Problem& p, std::optional<Arch> arch) {
+    const auto& table = kernel_table();
+    auto table_has = [&](auto&& fits) { return std::any_of(table.begin(), table.end(), [&](const KernelEntry& e) { return fits(e.key); }); };
+    // The generator takes a head_dim that some family of the selection takes (the table's
+    // families stand for the selection's; the others skip it).
+    std::string rules;
+    bool taken = false;
+    for (int f = 0; f < static_cast<int>(std::size(kFamilyTokens)); ++f) {
+        if (!table.empty() && !table_has([&](const KernelKey& k) { return static_cast<int>(k.family) == f; })) continue;
+        const HeadDimRule rule = kFamilyHeadDimRules[f];
+        taken = taken || (p.head_dim <= rule.max && p.head_dim % rule.multiple == 0);
+        rules += std::string(rules.empty() ? "" : "; ") + kFamilyTokens[f] + " takes a multiple of " +
+                 std::to_string(rule.multiple) + " up to " + std::to_string(rule.max);
+    }
+    if (!taken) return "head_dim " + std::to_string(p.head_dim) + " cannot be generated (" + rules + ")";
+
+    // The axis values the table lacks, added to the recorded selection by --refresh.
+    std::string options;
+    if (!table_has([&](const KernelKey& k) { return k.dtype == p.dtype; })) options += std::string(" --dtypes ") + token(p.dtype);
+    if (!table_has([&](const KernelKey& k) { return k.head_dim == p.head_dim; })) options += " --head-dims " + std::to_string(p.head_dim);
+    if (!table_has([&](const KernelKey& k) { return heads_fit(k.heads, p); })) options += std::string(" --heads ") + token(p.heads_kind());
+    if (!table_has([&](const KernelKey& k) { return k.mask == p.mask(); })) options += std::string(" --masks ") + token(p.mask());
+    if (arch && !table_has([&](const KernelKey& k) { return k.arch == *arch; })) options += std::string(" --archs ") + token(*arch);
+    if (options.empty())
+        return std::string("this build's selection ") + catalogue_selection() +
+               " has every value the problem needs but filters out their combination: run python3 setup.py "
+               "with a --filter that keeps it, then make";
+    return "to add kernels for it: python3 setup.py --refresh" + options + " && make";
 }
 
 }  // namespace fmha

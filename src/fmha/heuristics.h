@@ -1,6 +1,7 @@
 // The heuristic table: which catalogue kernel runs a problem on an arch, and why.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,8 @@ struct Selection {
     std::string reason;                  // why this kernel (or why none)
 };
 
-// Whether kernel `key` computes `problem` correctly (arch aside); why not otherwise.
+// Whether kernel `key` computes `problem` correctly (arch aside); otherwise each field that does
+// not fit, with the flag that would make the problem fit the kernel.
 bool kernel_supports(const KernelKey& key, const Problem& problem, std::string* why_not = nullptr);
 
 // The preferred kernel of this build's table for the problem on `arch`.
@@ -26,7 +28,8 @@ bool catalogue_covers(const Problem& problem);
 // Up to `count` names from the table closest to the problem, best first (for error messages).
 std::vector<std::string> nearest_kernels(const Problem& problem, size_t count = 3);
 
-// The generator command that adds what the problem needs to the catalogue.
-std::string regenerate_command(const Problem& problem);
+// The generator command that adds to this build's selection what the problem (on `arch`, when
+// known) needs, or why no command can: a head_dim the generator does not take, a --filter.
+std::string regenerate_advice(const Problem& problem, std::optional<Arch> arch = std::nullopt);
 
 }  // namespace fmha

@@ -27,6 +27,9 @@ struct KernelEntry {
 // Every kernel this build holds (one platform's archs).
 const std::vector<KernelEntry>& kernel_table();
 
+// The generator options that made this build's catalogue (generated/selection.json), as JSON.
+const char* catalogue_selection();
+
 // The entry with exactly this key, or nullptr.
 const KernelEntry* find_kernel(const KernelKey& key);
 

@@ -3,6 +3,7 @@
 #include <hip/hip_runtime_api.h>
 
 #include <sstream>
+#include <unistd.h>
 
 namespace fmha {
 
@@ -23,12 +24,34 @@ std::optional<Arch> arch_for_device(const std::string& arch_name) {
     return std::nullopt;
 }
 
+namespace {
+
+// Why the runtime found no device, naming the cause: no driver, or a driver that sees no GPU.
+std::string no_device_cause(hipError_t err) {
+    if (build_platform() == Platform::nvidia) {
+        int driver = 0, runtime = 0;
+        (void)hipDriverGetVersion(&driver);  // 0 when no NVIDIA driver is installed
+        (void)hipRuntimeGetVersion(&runtime);
+        if (driver == 0) return "no NVIDIA driver is installed: libcuda.so.1 not found";
+        if (err == hipErrorNoDevice) return "the NVIDIA driver sees no GPU";
+        auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+        return "the NVIDIA driver (CUDA " + version(driver) + ") with this build's runtime (CUDA " + version(runtime) +
+               "): " + hipGetErrorString(err);
+    }
+    // The amdgpu kernel driver creates /dev/kfd, which the HIP runtime opens.
+    if (access("/dev/kfd", F_OK) != 0) return "no AMD GPU driver: /dev/kfd does not exist, so no amdgpu module is loaded or there is no AMD GPU";
+    if (access("/dev/kfd", R_OK | W_OK) != 0) return "no access to /dev/kfd (is the user in the render group?)";
+    return std::string("the AMD driver sees no GPU: ") + hipGetErrorString(err);
+}
+
+}  // namespace
+
 DeviceInfo query_device() {
     DeviceInfo info;
     int count = 0;
     hipError_t err = hipGetDeviceCount(&count);
     if (err != hipSuccess || count == 0) {
-        info.error = err != hipSuccess ? hipGetErrorString(err) : "the runtime reports 0 devices";
+        info.error = no_device_cause(err != hipSuccess ? err : hipErrorNoDevice);
         return info;
     }
     int device = 0;

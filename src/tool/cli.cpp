@@ -1,11 +1,14 @@
 #include "tool/cli.h"
 
 #include <cerrno>
+#include <cfloat>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <set>
 
 namespace fmha {
 namespace {
@@ -48,16 +51,18 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
         {"-help", [&] { o.help = true; }},          {"--help", [&] { o.help = true; }},
     };
 
+    std::set<std::string> given;  // a flag given twice is an error, not "the last one wins"
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& flag = args[i];
-        if (auto s = switches.find(flag); s != switches.end()) {
-            s->second();
-            continue;
-        }
-        const bool known = int_flags.count(flag) || flag == "-scale-bmm1" || flag == "-kernel" ||
+        const bool known = switches.count(flag) || int_flags.count(flag) || flag == "-scale-bmm1" || flag == "-kernel" ||
                            flag == "-layout" || flag == "-save-tensors" || flag == "-seed";
         if (!known) {
             parsed.errors.push_back("unknown flag '" + flag + "'");
+            continue;
+        }
+        if (!given.insert(flag).second) parsed.errors.push_back("flag " + flag + " given twice");
+        if (auto s = switches.find(flag); s != switches.end()) {
+            s->second();
             continue;
         }
         if (i + 1 >= args.size()) {
@@ -65,6 +70,10 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
             break;
         }
         const std::string& value = args[++i];
+        if (value.empty()) {
+            parsed.errors.push_back("flag " + flag + " needs a non-empty value");
+            continue;
+        }
         long long number = 0;
         if (auto f = int_flags.find(flag); f != int_flags.end()) {
             // Range checks of the problem itself (e.g. positive sizes) are Problem::validate's job.
@@ -78,10 +87,16 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
             else
                 o.seed = static_cast<uint64_t>(number);
         } else if (flag == "-scale-bmm1") {
+            // 0 stands for the default in Problem, and fp32 turns 1e-50 into 0 and 1e-40 into a
+            // denormal: an explicit scale must be a normal float.
             char* end = nullptr;
             p.scale = std::strtof(value.c_str(), &end);
-            if (value.empty() || *end != '\0' || !std::isfinite(p.scale))
-                parsed.errors.push_back("flag -scale-bmm1 expects a finite number, got '" + value + "'");
+            if (*end != '\0' || std::fpclassify(p.scale) != FP_NORMAL) {
+                char smallest[16];
+                snprintf(smallest, sizeof(smallest), "%.1e", FLT_MIN);
+                parsed.errors.push_back("flag -scale-bmm1 expects a finite fp32 number with |X| >= " + std::string(smallest) +
+                                        ", got '" + value + "' (leave it out for the default 1/sqrt(d))");
+            }
         } else if (flag == "-layout") {
             if (!parse_layout(value, &p.layout))
                 parsed.errors.push_back("flag -layout expects bhsd, bshd or qkv-packed, got '" + value + "'");
@@ -98,8 +113,13 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
     if (p.window != 0) p.causal = true;  // as in FMHA_v2, a sliding window implies the causal mask
     if (o.runs < 1) parsed.errors.push_back("-runs must be at least 1 (got " + std::to_string(o.runs) + ")");
     if (o.warm_up_runs < 0) parsed.errors.push_back("-warm-up-runs must be >= 0 (got " + std::to_string(o.warm_up_runs) + ")");
-    if (o.min_seqlen < 0 || (o.min_seqlen > 0 && o.min_seqlen > p.seqlen_kv))
-        parsed.errors.push_back("-min-s must be in [1, s] (got " + std::to_string(o.min_seqlen) + ")");
+    if (given.count("-min-s") && (o.min_seqlen < 1 || o.min_seqlen > p.seqlen_kv))
+        parsed.errors.push_back("-min-s must be in [1, s] = [1, " + std::to_string(p.seqlen_kv) + "] (got " +
+                                std::to_string(o.min_seqlen) + ")");
+    if (o.verbose < 0 || o.verbose > 2) parsed.errors.push_back("-v must be 0, 1 or 2 (got " + std::to_string(o.verbose) + ")");
+    if (given.count("-sliding-window-size") && p.window < 1)
+        parsed.errors.push_back("-sliding-window-size must be positive (got " + std::to_string(p.window) + ")");
+    if (given.count("-fp16") && given.count("-bf16")) parsed.errors.push_back("-fp16 and -bf16 disagree: give one");
     return parsed;
 }
 
@@ -113,15 +133,15 @@ Problem (defaults in brackets):
   -mqa                    one KV head (multi-query attention)
   -s N                    seqlen_kv [384]
   -s-q N                  seqlen_q [= -s]
-  -min-s N                variable lengths: each sequence's seqlen_kv is drawn from [N, s]; its
-                          seqlen_q is the same when -s-q = -s, else min(s-q, seqlen_kv)
+  -min-s N                variable lengths, N in [1, s]: each sequence's seqlen_kv is drawn from
+                          [N, s]; its seqlen_q is the same when -s-q = -s, else min(s-q, seqlen_kv)
   -d N                    head_dim [64]
   -fp16 | -bf16           element type [fp16]; accumulation and softmax are always fp32
   -causal-mask            causal mask, bottom-right aligned when seqlen_q < seqlen_kv: query i
                           sees keys j <= i + seqlen_kv - seqlen_q (as FlashAttention 2.1+)
-  -sliding-window-size N  causal with a window: query i sees only the N keys ending at its
+  -sliding-window-size N  causal with a window, N >= 1: query i sees only the N keys ending at its
                           diagonal (implies -causal-mask)
-  -scale-bmm1 X           softmax scale [1/sqrt(d)]
+  -scale-bmm1 X           softmax scale, a finite non-zero fp32 number [1/sqrt(d) when left out]
   -layout L               bhsd: Q [b,h,s,d], K/V [b,h_kv,s_kv,d] (default); bshd: token-major
                           [b,s,h,d]; qkv-packed: one [b,s,3,h,d] buffer (needs s-q = s, no GQA)
 
@@ -135,7 +155,7 @@ Run:
   -save-tensors DIR       write q, k, v, o, with -lse lse (and the references) as .npy plus
                           meta.json to DIR
   -seed N                 random inputs' seed [1]
-  -v N                    0: results only, 1: default, 2: more detail
+  -v N                    0: results only, 1: the chosen kernel and its launch, 2: more detail [1]
   -list                   print the catalogue and exit
   -help                   this text
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -47,7 +48,7 @@ void print_device(const DeviceInfo& device) {
 int list_catalogue(const DeviceInfo& device) {
     print_device(device);
     printf("Catalogue.....: %zu kernels in this %s build (selection %s)\n", kernel_table().size(),
-           token(build_platform()), kCatalogueSelection);
+           token(build_platform()), catalogue_selection());
     std::vector<std::string> names;
     for (const KernelEntry& e : kernel_table())
         names.push_back(kernel_name(e.key) + (device.arch && e.key.arch == *device.arch ? "  (runs here)" : ""));
@@ -67,18 +68,23 @@ const KernelEntry* forced_kernel(const Options& o, std::string* reason) {
         return nullptr;
     }
     if (!kernel_supports(*key, o.problem, &why_not)) {
-        *reason = "-kernel " + o.kernel + " cannot run this problem: its " + why_not;
+        *reason = "-kernel " + o.kernel + " cannot run this problem: " + why_not;
         return nullptr;
     }
     *reason = "forced with -kernel";
     return entry;
 }
 
-int report_no_kernel(const Problem& p, const std::string& reason) {
+int report_bad_input(const std::string& reason) {
     fprintf(stderr, "fmha.exe: %s\n", reason.c_str());
+    return kBadInput;
+}
+
+int report_no_kernel(const Problem& p, const std::string& reason, std::optional<Arch> arch = std::nullopt) {
+    report_bad_input(reason);
     fprintf(stderr, "  nearest kernels in this build:");
     for (const std::string& name : nearest_kernels(p)) fprintf(stderr, " %s", name.c_str());
-    fprintf(stderr, "\n  to add kernels for this shape: %s\n", regenerate_command(p).c_str());
+    fprintf(stderr, "\n  %s\n", regenerate_advice(p, arch).c_str());
     return kBadInput;
 }
 
@@ -223,13 +229,13 @@ int run(const Options& o) {
     // Everything that needs no GPU is settled first: the kernel exists for some arch.
     std::string reason;
     const KernelEntry* kernel = nullptr;
-    if (!o.kernel.empty() && !(kernel = forced_kernel(o, &reason))) return report_no_kernel(p, reason);
+    if (!o.kernel.empty() && !(kernel = forced_kernel(o, &reason))) return report_bad_input(reason);
     if (o.kernel.empty() && !catalogue_covers(p))
         return report_no_kernel(p, "no kernel in this build's catalogue for " + p.describe());
 
     const DeviceInfo device = query_device();
     if (!device.found) {
-        fprintf(stderr, "fmha.exe: no GPU found (%s)\n", device.error.c_str());
+        fprintf(stderr, "fmha.exe: no GPU found: %s\n", device.error.c_str());
         return kEnvironment;
     }
     if (!device.arch) {
@@ -237,11 +243,11 @@ int run(const Options& o) {
         return kEnvironment;
     }
     if (kernel && kernel->key.arch != *device.arch)
-        return report_no_kernel(p, "-kernel " + o.kernel + " is for " + token(kernel->key.arch) + ", the device is " +
-                                       device.arch_name);
+        return report_bad_input("-kernel " + o.kernel + " is for " + token(kernel->key.arch) + ", the device is " +
+                                device.arch_name + " (" + token(*device.arch) + ")");
     if (!kernel) {
         const Selection selection = select_kernel(p, *device.arch);
-        if (!selection.entry) return report_no_kernel(p, selection.reason);
+        if (!selection.entry) return report_no_kernel(p, selection.reason, device.arch);
         kernel = selection.entry;
         reason = selection.reason;
     }

@@ -67,6 +67,18 @@ TEST(Cli, BadInputIsReportedNotGuessed) {
     EXPECT_FALSE(parse({"-runs", "0"}).errors.empty());
     EXPECT_FALSE(parse({"-mqa", "-gqa", "4"}).errors.empty());
     EXPECT_FALSE(parse({"-s", "8", "-min-s", "9"}).errors.empty());
+    EXPECT_FALSE(parse({"-scale-bmm1", "0"}).errors.empty());       // 0 would silently mean the default
+    EXPECT_FALSE(parse({"-scale-bmm1", "1e-50"}).errors.empty());   // 0 in fp32
+    EXPECT_FALSE(parse({"-scale-bmm1", "1e-40"}).errors.empty());   // denormal in fp32
+    EXPECT_TRUE(parse({"-scale-bmm1", "-0.5"}).errors.empty());
+    EXPECT_FALSE(parse({"-min-s", "0"}).errors.empty());
+    EXPECT_FALSE(parse({"-kernel", ""}).errors.empty());
+    EXPECT_FALSE(parse({"-save-tensors", ""}).errors.empty());
+    EXPECT_FALSE(parse({"-v", "3"}).errors.empty());
+    EXPECT_FALSE(parse({"-v", "-1"}).errors.empty());
+    EXPECT_FALSE(parse({"-sliding-window-size", "0"}).errors.empty());
+    EXPECT_FALSE(parse({"-fp16", "-bf16"}).errors.empty());
+    EXPECT_FALSE(parse({"-b", "2", "-b", "3"}).errors.empty());    // given twice, not "the last wins"
     // Negative sizes parse, and Problem::validate rejects them.
     const ParsedCli negative = parse({"-b", "-4"});
     EXPECT_TRUE(negative.errors.empty());

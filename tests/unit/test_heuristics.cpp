@@ -86,6 +86,19 @@ TEST(Heuristics, KernelSupportChecksEveryField) {
     EXPECT_FALSE(kernel_supports(mqa, make(8, 2, 128)));
 }
 
+TEST(Heuristics, AKernelThatDoesNotFitSaysWhichFieldsAndWhichFlags) {
+    const KernelKey mqa{DType::bf16, 128, HeadsKind::mqa, Mask::causal, Family::prefill, some_arch()};
+    std::string why;
+    EXPECT_FALSE(kernel_supports(mqa, make(8, 2, 64), &why));
+    EXPECT_EQ(why, "its dtype is bf16, the problem's fp16 (-bf16); its head_dim is 128, the problem's 64 (-d 128); "
+                   "its mask is causal, the problem's nomask (-causal-mask); its heads kind is mqa, the problem's gqa "
+                   "(h=8, h_kv=2) (-mqa)");
+    const KernelKey mha{DType::fp16, 64, HeadsKind::mha, Mask::nomask, Family::prefill, some_arch()};
+    EXPECT_FALSE(kernel_supports(mha, make(8, 2, 64, DType::fp16, true), &why));
+    EXPECT_EQ(why, "its mask is nomask, the problem's causal (no -causal-mask or -sliding-window-size); its heads kind "
+                   "is mha, the problem's gqa (h=8, h_kv=2) (no -gqa or -mqa)");
+}
+
 TEST(Heuristics, NoKernelForAHeadDimOutsideTheCatalogue) {
     const Problem p = make(8, 8, 72);
     EXPECT_FALSE(catalogue_covers(p));
@@ -93,7 +106,24 @@ TEST(Heuristics, NoKernelForAHeadDimOutsideTheCatalogue) {
     const auto nearest = nearest_kernels(p);
     ASSERT_FALSE(nearest.empty());
     EXPECT_NE(nearest.front().find("fp16"), std::string::npos);
-    EXPECT_NE(regenerate_command(p).find("--head-dims 72"), std::string::npos);
+    EXPECT_NE(regenerate_advice(p).find("python3 setup.py --refresh --head-dims 72 && make"), std::string::npos);
+}
+
+TEST(Heuristics, AHeadDimTheGeneratorRejectsGetsItsRuleNotACommand) {
+    for (int d : {7, 100, 264, 100000}) {
+        const std::string advice = regenerate_advice(make(8, 8, d));
+        EXPECT_EQ(advice.find("setup.py"), std::string::npos) << advice;
+        EXPECT_NE(advice.find("head_dim " + std::to_string(d) + " cannot be generated"), std::string::npos) << advice;
+        EXPECT_NE(advice.find("a multiple of 8 up to 256"), std::string::npos) << advice;
+    }
+}
+
+TEST(Heuristics, AdviceAddsOnlyTheValuesTheTableLacks) {
+    const KernelKey any = kernel_table().front().key;
+    Problem p = make(8, 8, any.head_dim, any.dtype, any.mask == Mask::causal);
+    const Arch missing_arch = build_platform() == Platform::nvidia ? Arch::gfx90a : Arch::sm90;  // never in this table
+    EXPECT_EQ(regenerate_advice(p, missing_arch), std::string("to add kernels for it: python3 setup.py --refresh --archs ") +
+                                                       token(missing_arch) + " && make");
 }
 
 TEST(Heuristics, NoKernelForAnArchOfAnotherPlatform) {

@@ -71,6 +71,8 @@ inline hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kern
 }
 
 inline hipError_t hipGetDeviceCount(int* count) { return cudaGetDeviceCount(count); }
+inline hipError_t hipDriverGetVersion(int* version) { return cudaDriverGetVersion(version); }
+inline hipError_t hipRuntimeGetVersion(int* version) { return cudaRuntimeGetVersion(version); }
 inline hipError_t hipGetDevice(int* device) { return cudaGetDevice(device); }
 inline hipError_t hipSetDevice(int device) { return cudaSetDevice(device); }
 inline hipError_t hipDeviceSynchronize() { return cudaDeviceSynchronize(); }
