@@ -270,10 +270,13 @@ def main():
     ]
     logs = []
 
+    def tables():  # those with rows
+        return [line for table in (decode_table, prefill_table) if len(table) > 5 for line in table]
+
     def write_table():  # after every case, so that an interrupted run keeps what it measured
         if args.out:
             with open(args.out, "w") as f:
-                f.write("\n".join(header + decode_table + prefill_table) + "\n\n<details><summary>logs</summary>\n\n```\n"
+                f.write("\n".join(header + tables()) + "\n\n<details><summary>logs</summary>\n\n```\n"
                         + "\n".join(logs) + "\n```\n</details>\n")
 
     def tflops(case, ms):
@@ -327,7 +330,7 @@ def main():
         logs.extend(notes)
         write_table()
 
-    print("\n" + "\n".join(header + decode_table + prefill_table))
+    print("\n" + "\n".join(header + tables()))
 
 
 if __name__ == "__main__":

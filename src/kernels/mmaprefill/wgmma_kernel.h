@@ -201,37 +201,30 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
             const Work work = Work::of(p, tiling, index, T::kBlockKeys);
             if (work.key_tiles == 0) continue;  // the consumers need no Q for it
             const PrefillTile& tile = work.tile;
-            // K and V of key tile i into the ring; the work tile's Q goes after its first K, so
+            // K (or V) of key tile i into the ring; the work tile's Q goes after its first K, so
             // that K is on its way while the consumers still stage the previous tile's output.
-            auto load_k = [&](int i) {
+            auto load_kv = [&](bool v, int i) {
                 const int stage = P::stage(slot + i);
-                hopper::barrier_wait(pipe.k_empty(stage), P::parity(slot + i) ^ 1u);
-                hopper::barrier_arrive_expect(pipe.k_full(stage), T::kKVBytes);
+                hopper::barrier_wait(v ? pipe.v_empty(stage) : pipe.k_empty(stage), P::parity(slot + i) ^ 1u);
+                uint64_t* full = v ? pipe.v_full(stage) : pipe.k_full(stage);
+                uint8_t* destination = shared + (v ? T::kVOffset : T::kKOffset) + stage * T::kKVBytes;
+                hopper::barrier_arrive_expect(full, T::kKVBytes);
                 for (int atom = 0; atom < T::kAtoms; ++atom)
-                    hopper::tma_load_4d(shared + T::kKOffset + stage * T::kKVBytes + atom * T::kBlockKeys * wgmma::kRowBytes,
-                                        &maps.k, atom * wgmma::kAtomColumns, work.first_key(i, T::kBlockKeys), tile.head_kv,
-                                        int(tile.batch), pipe.k_full(stage));
+                    hopper::tma_load_4d(destination + atom * T::kBlockKeys * wgmma::kRowBytes, v ? &maps.v : &maps.k,
+                                        atom * wgmma::kAtomColumns, work.first_key(i, T::kBlockKeys), tile.head_kv,
+                                        int(tile.batch), full);
             };
-            auto load_v = [&](int i) {
-                const int stage = P::stage(slot + i);
-                hopper::barrier_wait(pipe.v_empty(stage), P::parity(slot + i) ^ 1u);
-                hopper::barrier_arrive_expect(pipe.v_full(stage), T::kKVBytes);
-                for (int atom = 0; atom < T::kAtoms; ++atom)
-                    hopper::tma_load_4d(shared + T::kVOffset + stage * T::kKVBytes + atom * T::kBlockKeys * wgmma::kRowBytes,
-                                        &maps.v, atom * wgmma::kAtomColumns, work.first_key(i, T::kBlockKeys), tile.head_kv,
-                                        int(tile.batch), pipe.v_full(stage));
-            };
-            load_k(0);
+            load_kv(false, 0);
             hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u);
             hopper::barrier_arrive_expect(pipe.q_full(),
                                           T::kAtoms * tiling.rows_per_head * tiling.heads_per_tile * wgmma::kRowBytes);
             for (int atom = 0; atom < T::kAtoms; ++atom)
                 hopper::tma_load_4d(q_tile + atom * T::kBlockRows * wgmma::kRowBytes, &maps.q, atom * wgmma::kAtomColumns,
                                     tile.position0, tile.head0, int(tile.batch), pipe.q_full());
-            load_v(0);
+            load_kv(true, 0);
             for (int i = 1; i < work.key_tiles; ++i) {
-                load_k(i);
-                load_v(i);
+                load_kv(false, i);
+                load_kv(true, i);
             }
             slot += work.key_tiles;
         }
