@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Builds compared in one device call: how the README's "old and new builds alternating" numbers
-# are taken. The working tree builds as "tree"; each NAME=DIR in $VERSIONS is the tree with the
-# files under DIR laid over it at the same relative paths (DIR/src/kernels/decode.h replaces
-# src/kernels/decode.h). Each round runs every build once per shape, builds alternating, so
+# Builds compared in one device call: how the "old and new builds alternating" numbers of
+# docs/decisions.md are taken (tools/prefill_ab.sh compares ready-built binaries instead). The working tree builds as "tree"; each NAME=DIR in $VERSIONS is the tree with the
+# files under DIR laid over it at the same relative paths (DIR/src/kernels/decode/tensor_core.h
+# replaces src/kernels/decode/tensor_core.h). Each round runs every build once per shape, builds alternating, so
 # that drift of the device shows in all of them. One line per build and shape: the rounds'
 # times in us, "!" and the verdict after a run whose checks did not pass.
-#   mkdir -p old/src/kernels && git show HEAD:src/kernels/decode.h > old/src/kernels/decode.h
+#   mkdir -p old/src/kernels/decode && git show HEAD:src/kernels/decode/tensor_core.h > old/src/kernels/decode/tensor_core.h
 #   VERSIONS="base=old" SHAPES="-b 64 -h 32 -gqa 8 -d 128 -s-q 1 -s 4096" ROUNDS=5 bash tools/ab.sh
 set -uo pipefail
 OUT=${OUT:-device-logs}; mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)

@@ -69,10 +69,6 @@ __device__ inline void prefetch_tensor_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-// Orders this thread's ordinary shared-memory writes before later async-proxy (wgmma, TMA)
-// reads of them.
-__device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
 // ---- Named barriers (ids 1..15; 0 is __syncthreads): `threads` counts every participant.
 
 __device__ inline void named_barrier_sync(int id, int threads) {
