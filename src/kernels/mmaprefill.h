@@ -24,14 +24,14 @@ namespace mmaprefill {
 template <class Config>
 using Traits = WgmmaTraits<Config>;
 
-// The grid. Causal launches whose rows see few key tiles are persistent, one block per
-// multiprocessor (the kernel's shared memory allows no more) taking tiles in turn, so that a
-// block loads its next tile while it finishes the last one. Elsewhere a block per tile, which
+// The grid. Launches whose rows see few key tiles (short sequences) are persistent, one block
+// per multiprocessor (the kernel's shared memory allows no more) taking tiles in turn, so that
+// a block loads its next tile while it finishes the last one. Elsewhere a block per tile, which
 // the hardware hands to multiprocessors as they free up: better balanced where tiles are long
 // and of unequal length (docs/mmaprefill.md).
 inline constexpr int kPersistentMaxQueryBlocks = 8;
 inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) {
-    const bool persistent = tiling.section_heads > 0 && tiling.query_blocks <= kPersistentMaxQueryBlocks;
+    const bool persistent = tiling.query_blocks <= kPersistentMaxQueryBlocks;
     return unsigned(persistent && tiling.tiles > multiprocessors ? multiprocessors : tiling.tiles);
 }
 

@@ -24,6 +24,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/fragment_softmax.h"
 #include "kernels/common/mask.h"
@@ -124,18 +125,20 @@ struct TileWork {
 };
 
 // What a consumer's main loop needs of a work tile, in few registers: where its key tiles are,
-// and which of them cross the mask for this warpgroup's rows (judged from the positions the
-// rows span; all of a packed tile's positions).
+// which of them its warpgroup's rows see at all ([begin, end): the others it only hands back),
+// and which of those cross the mask (judged from the positions the rows span; all of a packed
+// tile's positions).
 template <bool kCausal>
 struct KeyTiles {
     int kv_end, count;
+    int begin, end;    // the key tiles some row of this warpgroup sees
     int masked_above;  // key tiles reaching past this key need the mask (causal diagonal, sequence end)
     int masked_below;  // and so do those starting at or before this one (window; keys before the sequence)
     int window;
     int diagonal[2];   // of this thread's two rows
 
     __device__ static KeyTiles of(const TileWork<kCausal>& w, const PrefillTiling& tiling, int row0, int window,
-                                  const int (&position)[2]) {
+                                  const int (&position)[2], int block_keys) {
         KeyTiles k;
         k.kv_end = w.kv_end, k.count = w.key_tiles, k.window = window;
         const bool packed = tiling.heads_per_tile > 1;
@@ -144,6 +147,11 @@ struct KeyTiles {
         k.masked_above = kCausal ? w.mask.diagonal(first) : w.len_kv - 1;
         k.masked_below = kCausal ? max(w.mask.diagonal(last) - window, -1) : -1;
         for (int h = 0; h < 2; ++h) k.diagonal[h] = w.mask.diagonal(position[h]);
+        int lo = 0, hi = 0;
+        if (first <= last) w.mask.key_range(first, last, lo, hi);
+        // Key tile i holds keys [kv_end - (i + 1) block_keys, kv_end - i block_keys).
+        k.begin = lo < hi ? (k.kv_end - hi) / block_keys : 0;
+        k.end = lo < hi ? min(k.count, (k.kv_end - 1 - lo) / block_keys + 1) : 0;
         return k;
     }
     __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
@@ -305,9 +313,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
         if constexpr (T::kConsumers > 1)
             hopper::named_barrier_arrive(T::kTurnBarrier + (consumer + 1) % T::kConsumers, 2 * wgmma::kThreads);
     };
-    auto release_q = [&] {
-        if (leader) hopper::barrier_arrive(pipe.q_empty());
-    };
+    auto release_q = [&] { hopper::barrier_arrive_if(pipe.q_empty(), leader); };
     // Tile row `row`'s position, and where its output goes (nullptr where the row does not exist).
     auto position_of = [&](int row) { return work.tile.position0 + row % tiling.rows_per_head; };
     auto output_row = [&](int row) -> uint16_t* {
@@ -329,7 +335,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
             int position[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) position[h] = position_of(row0 + wgmma::accumulator_position(thread, 2 * h).row);
-            keys = KeyTiles<kCausal>::of(work, tiling, row0, p.window, position);
+            keys = KeyTiles<kCausal>::of(work, tiling, row0, p.window, position, T::kBlockKeys);
         }
         softmax.init();
 #pragma unroll
@@ -337,51 +343,78 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
 
         if (keys.count > 0) {
             hopper::barrier_wait(pipe.q_full(), uint32_t(q_loads++) & 1u);
-            // Key tile 0: scores, then probabilities.
-            hopper::barrier_wait(pipe.k_full(P::stage(slot)), P::parity(slot));
-            take_turn();
-            qk_gemm(P::stage(slot));
-            pass_turn();
-            hopper::wgmma_wait<0>();
-            hopper::pin_registers(s);
-            if (leader) hopper::barrier_arrive(pipe.k_empty(P::stage(slot)));
-            if (keys.count == 1 && T::kOwnOutputRows) release_q();
-            if (keys.needs_mask(0, T::kBlockKeys)) apply_mask(0);
-            float rescale[2];  // for O, before it takes the latest key tile's P.V
-            softmax.update(s, scale_log2, rescale, row_of);
-            pack_probabilities();
-
-            for (int i = 1; i < keys.count; ++i) {
-                // Key tile i's scores and tile i-1's P.V, issued together; O is rescaled in between.
-                const int stage = P::stage(slot + i), previous = P::stage(slot + i - 1);
-                hopper::barrier_wait(pipe.k_full(stage), P::parity(slot + i));
+            // Key tiles that none of this warpgroup's rows sees: handed back unread, the turn
+            // passed on (every consumer takes one turn per key tile).
+            auto skip = [&](int i) {
+                const int stage = P::stage(slot + i);
+                hopper::barrier_wait(pipe.k_full(stage), P::parity(slot + i));  // so that the arrivals count for this slot
                 take_turn();
-                qk_gemm(stage);
-                rescale_output(rescale);
-                hopper::barrier_wait(pipe.v_full(previous), P::parity(slot + i - 1));
-                pv_gemm(previous);
                 pass_turn();
-                hopper::wgmma_wait<1>();  // the scores are done; P.V may still run
+                hopper::barrier_arrive_if(pipe.k_empty(stage), leader);
+                hopper::barrier_wait(pipe.v_full(stage), P::parity(slot + i));
+                hopper::barrier_arrive_if(pipe.v_empty(stage), leader);
+            };
+            for (int i = 0; i < keys.begin; ++i) skip(i);
+            if (keys.begin < keys.end) {
+                // The first key tile seen: scores, then probabilities.
+                const int first = P::stage(slot + keys.begin);
+                hopper::barrier_wait(pipe.k_full(first), P::parity(slot + keys.begin));
+                take_turn();
+                qk_gemm(first);
+                pass_turn();
+                hopper::wgmma_wait<0>();
                 hopper::pin_registers(s);
-                if (leader) hopper::barrier_arrive(pipe.k_empty(stage));
-                if (i == keys.count - 1 && T::kOwnOutputRows) release_q();  // the producer may load the next Q
-                if (keys.needs_mask(i, T::kBlockKeys)) apply_mask(i);
+                hopper::barrier_arrive_if(pipe.k_empty(first), leader);
+                if (T::kOwnOutputRows) hopper::barrier_arrive_if(pipe.q_empty(), leader && keys.end - keys.begin == 1);
+                if (keys.needs_mask(keys.begin, T::kBlockKeys)) apply_mask(keys.begin);
+                float rescale[2];  // for O, before it takes the latest key tile's P.V
                 softmax.update(s, scale_log2, rescale, row_of);
-                hopper::wgmma_wait<0>();  // P.V of tile i-1 is done: its registers are free
+                pack_probabilities();
+
+                // Key tile i's scores and tile i-1's P.V, issued together; O is rescaled in
+                // between. Straight-line code from the issue to the last wait, the mask chosen
+                // outside it: ptxas waits for a running wgmma at the first branch after it.
+                auto overlapped_step = [&](int i, auto masked) {
+                    const int stage = P::stage(slot + i), previous = P::stage(slot + i - 1);
+                    hopper::barrier_wait(pipe.k_full(stage), P::parity(slot + i));
+                    take_turn();
+                    qk_gemm(stage);
+                    rescale_output(rescale);
+                    hopper::barrier_wait(pipe.v_full(previous), P::parity(slot + i - 1));
+                    pv_gemm(previous);
+                    pass_turn();
+                    hopper::wgmma_wait<1>();  // the scores are done; P.V may still run
+                    hopper::pin_registers(s);
+                    hopper::barrier_arrive_if(pipe.k_empty(stage), leader);
+                    if constexpr (T::kOwnOutputRows)  // the producer may load the next Q
+                        hopper::barrier_arrive_if(pipe.q_empty(), leader && i == keys.end - 1);
+                    if constexpr (decltype(masked)::value) apply_mask(i);
+                    softmax.update(s, scale_log2, rescale, row_of);
+                    hopper::wgmma_wait<0>();  // P.V of tile i-1 is done: its registers are free
+                    hopper::pin_registers(o);
+                    pin_probabilities();
+                    hopper::barrier_arrive_if(pipe.v_empty(previous), leader);
+                    pack_probabilities();
+                };
+                for (int i = keys.begin + 1; i < keys.end; ++i) {
+                    if (keys.needs_mask(i, T::kBlockKeys))
+                        overlapped_step(i, std::true_type{});
+                    else
+                        overlapped_step(i, std::false_type{});
+                }
+
+                const int last = P::stage(slot + keys.end - 1);
+                rescale_output(rescale);
+                hopper::barrier_wait(pipe.v_full(last), P::parity(slot + keys.end - 1));
+                pv_gemm(last);
+                hopper::wgmma_wait<0>();
                 hopper::pin_registers(o);
                 pin_probabilities();
-                if (leader) hopper::barrier_arrive(pipe.v_empty(previous));
-                pack_probabilities();
+                hopper::barrier_arrive_if(pipe.v_empty(last), leader);
+            } else if (T::kOwnOutputRows) {
+                release_q();
             }
-
-            const int last = P::stage(slot + keys.count - 1);
-            rescale_output(rescale);
-            hopper::barrier_wait(pipe.v_full(last), P::parity(slot + keys.count - 1));
-            pv_gemm(last);
-            hopper::wgmma_wait<0>();
-            hopper::pin_registers(o);
-            pin_probabilities();
-            if (leader) hopper::barrier_arrive(pipe.v_empty(last));
+            for (int i = keys.end; i < keys.count; ++i) skip(i);
             slot += keys.count;
         }
         // The tile's placement, derived again rather than held in registers through the main loop.

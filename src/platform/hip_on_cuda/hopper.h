@@ -34,8 +34,17 @@ __device__ inline void barrier_arrive_expect(uint64_t* barrier, uint32_t bytes) 
                  : "memory");
 }
 
-__device__ inline void barrier_arrive(uint64_t* barrier) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
+// An arrival by the threads whose `predicate` holds, predicated inside the PTX rather than
+// branched around: a branch between a wgmma's issue and its wait makes ptxas wait early.
+__device__ inline void barrier_arrive_if(uint64_t* barrier, bool predicate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.u32 p, %1, 0;\n"
+        "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+        "}\n" ::"r"(shared_address(barrier)),
+        "r"(uint32_t(predicate))
+        : "memory");
 }
 
 // Waits until the phase with this parity has completed. A fresh barrier is in phase 0, and
