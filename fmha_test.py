@@ -363,7 +363,9 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
     (GPU_RUNS["odd_prefill_causal"], r"^Launch\.+: 12 tiles of 192 query rows on 12 blocks \(2 heads of a GQA group x 77 "
                                       r"positions, sharing each K/V tile\); 1 TMA producer \+ 3 wgmma consumer warpgroups"),
     (["-b", "16", "-h", "16", "-s", "1024", "-d", "128", "-causal-mask"],
-     r"^Launch\.+: 2048 tiles of 128 query rows on \d+ blocks; .* query blocks that see the most keys first, in sections"),
+     r"^Launch\.+: 2048 tiles of 128 query rows on \d+ blocks; .* each block takes a query block and its mirror image in turn$"),
+    (["-b", "1", "-h", "16", "-s", "4096", "-d", "128", "-causal-mask"],
+     r"^Launch\.+: 512 tiles of 128 query rows on 512 blocks; .* query blocks that see the most keys first, in sections"),
 ])
 def test_verbose_says_how_the_work_is_divided(args, expected):
     result = fmha(*args, "-v", "1", "-runs", "1", "-warm-up-runs", "0")

@@ -25,14 +25,20 @@ template <class Config>
 using Traits = WgmmaTraits<Config>;
 
 // The grid. Launches whose rows see few key tiles (short sequences) are persistent, one block
-// per multiprocessor (the kernel's shared memory allows no more) taking tiles in turn, so that
-// a block loads its next tile while it finishes the last one. Elsewhere a block per tile, which
-// the hardware hands to multiprocessors as they free up: better balanced where tiles are long
-// and of unequal length (docs/mmaprefill.md).
+// per multiprocessor (the kernel's shared memory allows no more) taking units of work in turn,
+// so that a block loads its next tile while it finishes the last one; causal ones pair each
+// query block with its mirror image so that the units cost alike. Elsewhere a block per tile,
+// which the hardware hands to multiprocessors as they free up: better balanced where tiles are
+// long and of unequal length (docs/mmaprefill.md).
 inline constexpr int kPersistentMaxQueryBlocks = 8;
 inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) {
-    const bool persistent = tiling.query_blocks <= kPersistentMaxQueryBlocks;
-    return unsigned(persistent && tiling.tiles > multiprocessors ? multiprocessors : tiling.tiles);
+    return unsigned(tiling.persistent && tiling.units > multiprocessors ? multiprocessors : tiling.units);
+}
+
+template <class Config>
+PrefillTiling tiling_of(const FwdParams& p) {
+    return PrefillTiling::of(p, Traits<Config>::kBlockRows, wgmma::kRows, Config::mask == Mask::causal,
+                             kPersistentMaxQueryBlocks);
 }
 
 // What this family needs beyond the kernel's tuple: a positive scale (the softmax takes row
@@ -46,7 +52,7 @@ template <class Config>
 hipError_t launch(const FwdParams& p, hipStream_t stream) {
     static_assert(matrix_core(Config::arch) == MatrixCore::wgmma, "the family's main loop for this arch");
     using T = Traits<Config>;
-    const PrefillTiling tiling = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal);
+    const PrefillTiling tiling = tiling_of<Config>(p);
     if (!supports<Config>(p, tiling)) return hipErrorInvalidValue;
     const bool bf16 = Config::dtype == DType::bf16;
     TensorMaps maps;
@@ -70,7 +76,7 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
 template <class Config>
 std::string describe(const FwdParams& p) {
     using T = Traits<Config>;
-    const PrefillTiling t = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal);
+    const PrefillTiling t = tiling_of<Config>(p);
     const int multiprocessors = multiprocessor_count();
     std::string text = std::to_string(t.tiles) + " tiles of " + std::to_string(T::kBlockRows) + " query rows on " +
                        std::to_string(launch_blocks(t, multiprocessors)) + " blocks";
@@ -82,6 +88,7 @@ std::string describe(const FwdParams& p) {
     if (t.section_heads)
         text += "; query blocks that see the most keys first, in sections of " + std::to_string(t.section_heads) +
                 " KV heads";
+    if (t.tiles_per_unit == 2) text += "; each block takes a query block and its mirror image in turn";
     return text;
 }
 #endif

@@ -4,9 +4,11 @@
 // shorter than a tile pack several heads of a GQA group into it, so one K/V read serves them all.
 //
 // Order (blocks start roughly in index order): the tiles that read one KV head's K/V run side
-// by side, so K/V come from DRAM about once and then from L2. Causal launches also take the
-// query blocks that see the most keys first (longest processing time first, so that the last
-// wave is short), within sections of KV heads whose K/V fit in a share of L2 together
+// by side, so K/V come from DRAM about once and then from L2. Causal launches of one block per
+// tile take the query blocks that see the most keys first (longest processing time first, so
+// that the last wave is short), within sections of KV heads whose K/V fit in a share of L2
+// together. Persistent causal launches pair each query block with its mirror image (q and
+// query_blocks - 1 - q), so that every unit a block takes costs about the same
 // (docs/mmaprefill.md).
 #pragma once
 
@@ -28,8 +30,14 @@ struct PrefillTiling {
     int query_blocks;      // tiles along the positions
     int64_t tiles;
     int section_heads;     // longest first: (batch, KV head) pairs per section; 0: query blocks fastest
+    bool persistent;       // blocks take units in rounds (else one block per tile)
+    int tiles_per_unit;    // 2: a unit is a query block and its mirror (persistent causal), else 1
+    int64_t units;         // tiles / tiles_per_unit
 
-    static PrefillTiling of(const FwdParams& p, int block_rows, bool causal) {
+    // The family's tile: `block_rows` query rows in warpgroups (or waves) of `consumer_rows`;
+    // a persistent grid pays where tiles see few key tiles: `persistent_max_query_blocks`.
+    static PrefillTiling of(const FwdParams& p, int block_rows, int consumer_rows, bool causal,
+                            int persistent_max_query_blocks) {
         PrefillTiling t;
         const int group = p.heads_q / p.heads_kv;
         const bool pack = p.seqlen_q < block_rows && group > 1;
@@ -37,11 +45,20 @@ struct PrefillTiling {
         t.heads_per_tile = pack ? (group < block_rows / p.seqlen_q ? group : block_rows / p.seqlen_q) : 1;
         t.head_tiles = (group + t.heads_per_tile - 1) / t.heads_per_tile;
         t.query_blocks = (p.seqlen_q + t.rows_per_head - 1) / t.rows_per_head;
+        t.persistent = t.query_blocks <= persistent_max_query_blocks;
+        // Pairs cost alike where a tile's cost follows its key tiles: every consumer of the last
+        // query block has rows (else its few busy consumers make it cheap; longest first then).
+        const bool last_block_busy = (p.seqlen_q - 1) % t.rows_per_head >= t.rows_per_head - consumer_rows;
+        t.tiles_per_unit = t.persistent && causal && t.query_blocks > 1 && last_block_busy ? 2 : 1;
         const int64_t pairs = int64_t(p.batch) * p.heads_kv;
-        t.tiles = pairs * t.head_tiles * t.query_blocks;
+        // Paired: (query_blocks + 1) / 2 units per head tile, the middle one of an odd count alone.
+        const int unit_blocks = t.tiles_per_unit == 2 ? (t.query_blocks + 1) / 2 * 2 : t.query_blocks;
+        t.tiles = pairs * t.head_tiles * unit_blocks;
+        t.units = t.tiles / t.tiles_per_unit;
         const int64_t kv_bytes = int64_t(p.seqlen_kv) * p.head_dim * 2 * 2;  // K and V of one KV head
         t.section_heads = 0;
-        if (causal && t.query_blocks > 1) t.section_heads = int(kv_bytes < kSectionKVBytes ? kSectionKVBytes / kv_bytes : 1);
+        if (causal && t.tiles_per_unit == 1 && t.query_blocks > 1)
+            t.section_heads = int(kv_bytes < kSectionKVBytes ? kSectionKVBytes / kv_bytes : 1);
         return t;
     }
 };
@@ -53,13 +70,20 @@ struct PrefillTile {
     int head0;     // first query head
     int heads;     // query heads in this tile (the group's last tile may hold fewer)
     int position0; // first position of each head
+    bool exists;   // false for the empty second half of a paired unit (an odd count's middle block)
 };
 
 // Tile `index` of a launch whose tiles fit 32 bits (the launcher checks): 32-bit divisions are
 // a few instructions, 64-bit ones a subroutine call.
-__device__ inline PrefillTile locate_tile(const PrefillTiling& t, int index, int heads_q, int heads_kv) {
+__host__ __device__ inline PrefillTile locate_tile(const PrefillTiling& t, int index, int heads_q, int heads_kv) {
     int query_block, pair_tile;  // pair_tile: (batch, KV head, head tile), head tiles fastest
-    if (t.section_heads == 0) {  // query blocks fastest
+    bool exists = true;
+    if (t.tiles_per_unit == 2) {  // unit u: the long query block, then its mirror
+        const int half = (t.query_blocks + 1) / 2, unit = index / 2, mirror = unit % half;
+        pair_tile = unit / half;
+        query_block = index % 2 == 0 ? t.query_blocks - 1 - mirror : mirror;
+        exists = index % 2 == 0 || mirror != t.query_blocks - 1 - mirror;
+    } else if (t.section_heads == 0) {  // query blocks fastest
         query_block = index % t.query_blocks;
         pair_tile = index / t.query_blocks;
     } else {  // sections of KV heads; in each, the last query block of every head first
@@ -79,16 +103,19 @@ __device__ inline PrefillTile locate_tile(const PrefillTiling& t, int index, int
     tile.head0 = tile.head_kv * group + head_tile * t.heads_per_tile;
     tile.heads = min(t.heads_per_tile, group - head_tile * t.heads_per_tile);
     tile.position0 = query_block * t.rows_per_head;
+    tile.exists = exists;
     return tile;
 }
 
-// A persistent grid's tiles: in round r, block b takes tile r x blocks + b, or, in odd rounds,
-// the mirror image r x blocks + (blocks - 1 - b), so that over a list of tiles in decreasing
-// length each block's total stays near the average (a block taking the longest tile of one
-// round takes the shortest of the next). -1 past the last tile.
-__device__ inline int persistent_tile(int round, int block, int blocks, int64_t tiles) {
-    const int64_t index = int64_t(round) * blocks + (round % 2 == 0 ? block : blocks - 1 - block);
-    return index < tiles ? int(index) : -1;
+// The tile a persistent block takes at its step `step`, or -1 past the last: units of
+// tiles_per_unit tiles in rounds; in round r, block b takes unit r x blocks + b, or, in odd
+// rounds, the mirror image r x blocks + (blocks - 1 - b), so that where units differ in length
+// (variable sequence lengths) a block taking a long unit in one round tends to take a short one
+// in the next. A grid of one block per tile takes tile blockIdx.x at step 0.
+__host__ __device__ inline int persistent_tile(const PrefillTiling& t, int step, int block, int blocks) {
+    const int round = step / t.tiles_per_unit;
+    const int64_t unit = int64_t(round) * blocks + (round % 2 == 0 ? block : blocks - 1 - block);
+    return unit < t.units ? int(unit) * t.tiles_per_unit + step % t.tiles_per_unit : -1;
 }
 
 }  // namespace fmha

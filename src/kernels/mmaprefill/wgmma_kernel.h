@@ -1,9 +1,10 @@
 // The tensor-core prefill main loop on Hopper (wgmma, TMA, mbarriers; sm_90a).
 //
-// A persistent grid: each block takes work tiles of query rows (common/tile_schedule.h) in
-// turn, the tiles of a round assigned in alternating directions. For a tile, it walks the keys its rows see in tiles of kBlockKeys, from the last key
-// tile back to the first, so that the tiles needing the causal mask come first and every tile
-// ends inside the sequence (keys at negative positions read as zeros and are masked).
+// A block takes work tiles of query rows in turn (one, or units of them on a persistent grid:
+// common/tile_schedule.h). For a tile, it walks the keys its rows see in tiles of kBlockKeys,
+// from the last key tile back to the first, so that the tiles needing the causal mask come
+// first and every tile ends inside the sequence (keys at negative positions read as zeros and
+// are masked); a consumer skips the key tiles none of its rows sees.
 // Warpgroup 0 is the producer: one thread issues TMA loads of each work tile's Q and of K and V
 // into a kStages-deep ring of shared-memory tiles, each completing on a "full" barrier and
 // given back on an "empty" one; it runs ahead into the next work tile while the consumers
@@ -112,7 +113,7 @@ struct TileWork {
         w.tile = locate_tile(tiling, index, p.heads_q, p.heads_kv);
         w.len_q = sequence_length(p.seqlens_q, w.tile.batch, p.seqlen_q);
         w.len_kv = sequence_length(p.seqlens_kv, w.tile.batch, p.seqlen_kv);
-        w.has_rows = w.tile.position0 < w.len_q;
+        w.has_rows = w.tile.exists && w.tile.position0 < w.len_q;
         w.mask = KeyMask<kCausal>::of(w.len_q, w.len_kv, p.window);
         w.last_position = min(w.tile.position0 + tiling.rows_per_head, w.len_q) - 1;
         int kv_begin = 0;
@@ -203,8 +204,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
         hopper::prefetch_tensor_map(&maps.k);
         hopper::prefetch_tensor_map(&maps.v);
         int slot = 0, q_loads = 0;
-        for (int round = 0; int64_t(round) * gridDim.x < tiling.tiles; ++round) {
-            const int index = persistent_tile(round, blockIdx.x, gridDim.x, tiling.tiles);
+        for (int step = 0; int64_t(step / tiling.tiles_per_unit) * gridDim.x < tiling.units; ++step) {
+            const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
             if (index < 0) continue;
             const Work work = Work::of(p, tiling, index, T::kBlockKeys);
             if (work.key_tiles == 0) continue;  // the consumers need no Q for it
@@ -326,8 +327,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
 
     if (consumer == T::kConsumers - 1) pass_turn();  // consumer 0 goes first
     int q_loads = 0;
-    for (int round = 0; int64_t(round) * gridDim.x < tiling.tiles; ++round) {
-        const int index = persistent_tile(round, blockIdx.x, gridDim.x, tiling.tiles);
+    for (int step = 0; int64_t(step / tiling.tiles_per_unit) * gridDim.x < tiling.units; ++step) {
+        const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
         if (index < 0) continue;
         work = Work::of(p, tiling, index, T::kBlockKeys);
         if (!work.has_rows) continue;

@@ -1,0 +1,106 @@
+// The prefill work tiles (kernels/common/tile_schedule.h): every (batch, query head, query
+// block) is one tile of one block's steps, and persistent causal units cost alike.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "kernels/common/tile_schedule.h"
+
+namespace fmha {
+namespace {
+
+FwdParams shape(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_kv) {
+    FwdParams p{};
+    p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv, p.seqlen_q = seqlen_q, p.seqlen_kv = seqlen_kv;
+    p.head_dim = 128;
+    return p;
+}
+
+// Walks every block's steps as the kernel does; counts each (batch, query head, position) row
+// covered, and each block's key tiles (causal: a query block's rows see keys up to its last
+// row's diagonal).
+struct Coverage {
+    std::map<std::tuple<int64_t, int, int>, int> rows;
+    std::vector<int64_t> key_tiles_per_block;
+};
+Coverage walk(const FwdParams& p, const PrefillTiling& t, int blocks, bool causal, int block_keys) {
+    Coverage c;
+    c.key_tiles_per_block.assign(blocks, 0);
+    for (int block = 0; block < blocks; ++block) {
+        for (int step = 0; int64_t(step / t.tiles_per_unit) * blocks < t.units; ++step) {
+            const int index = persistent_tile(t, step, block, blocks);
+            if (index < 0) continue;
+            const PrefillTile tile = locate_tile(t, index, p.heads_q, p.heads_kv);
+            if (!tile.exists || tile.position0 >= p.seqlen_q) continue;
+            const int last = std::min(tile.position0 + t.rows_per_head, p.seqlen_q) - 1;
+            const int keys = causal ? std::min(p.seqlen_kv, last + p.seqlen_kv - p.seqlen_q + 1) : p.seqlen_kv;
+            c.key_tiles_per_block[block] += (keys + block_keys - 1) / block_keys;
+            for (int h = 0; h < tile.heads; ++h)
+                for (int position = tile.position0; position <= last; ++position)
+                    ++c.rows[{tile.batch, tile.head0 + h, position}];
+        }
+    }
+    return c;
+}
+
+void expect_every_row_once(const FwdParams& p, const Coverage& c) {
+    ASSERT_EQ(c.rows.size(), size_t(p.batch) * p.heads_q * p.seqlen_q);
+    for (const auto& [row, count] : c.rows) ASSERT_EQ(count, 1) << "batch " << std::get<0>(row) << " head " << std::get<1>(row);
+}
+
+TEST(TileSchedule, PersistentCausalPairsEveryQueryBlockWithItsMirror) {
+    for (int seqlen : {1024, 1000, 640, 200}) {  // even and odd query-block counts, a partial last block
+        const FwdParams p = shape(3, 8, 2, seqlen, seqlen);
+        const PrefillTiling t = PrefillTiling::of(p, 128, 64, /*causal=*/true, 8);
+        ASSERT_TRUE(t.persistent);
+        EXPECT_EQ(t.tiles_per_unit, 2) << seqlen;
+        expect_every_row_once(p, walk(p, t, 7, true, 128));
+    }
+}
+
+TEST(TileSchedule, NoPairsWhereTheLastQueryBlockLeavesConsumersIdle) {
+    const FwdParams p = shape(3, 8, 2, 1024, 1024);  // 192-row tiles: the last holds 64 rows, one consumer's
+    const PrefillTiling t = PrefillTiling::of(p, 192, 64, true, 8);
+    EXPECT_EQ(t.tiles_per_unit, 1);
+    EXPECT_GT(t.section_heads, 0);
+    expect_every_row_once(p, walk(p, t, 7, true, 128));
+}
+
+TEST(TileSchedule, PairedUnitsBalanceTheBlocks) {
+    // b4 h32 s1024, 128-row tiles on 132 blocks: a query block's key tiles range from 1 to 8;
+    // each unit holds 9, so no block holds more than one unit above the average.
+    const FwdParams p = shape(4, 32, 32, 1024, 1024);
+    const PrefillTiling t = PrefillTiling::of(p, 128, 64, true, 8);
+    const Coverage c = walk(p, t, 132, true, 128);
+    expect_every_row_once(p, c);
+    int64_t most = 0, total = 0;
+    for (int64_t k : c.key_tiles_per_block) most = std::max(most, k), total += k;
+    EXPECT_LE(most, total / 132 + 9);
+    EXPECT_EQ(most % 9, 0);
+}
+
+TEST(TileSchedule, OneTilePerBlockAndPersistentNonCausalCoverEveryRow) {
+    const FwdParams long_causal = shape(2, 4, 4, 4096, 4096);
+    const PrefillTiling one_per_block = PrefillTiling::of(long_causal, 128, 64, true, 8);
+    EXPECT_FALSE(one_per_block.persistent);
+    EXPECT_GT(one_per_block.section_heads, 0);
+    expect_every_row_once(long_causal, walk(long_causal, one_per_block, int(one_per_block.units), true, 128));
+
+    const FwdParams short_plain = shape(5, 6, 3, 1000, 1000);
+    const PrefillTiling persistent = PrefillTiling::of(short_plain, 192, 64, false, 8);
+    EXPECT_TRUE(persistent.persistent);
+    EXPECT_EQ(persistent.tiles_per_unit, 1);
+    expect_every_row_once(short_plain, walk(short_plain, persistent, 11, false, 128));
+}
+
+TEST(TileSchedule, PackedGqaTilesCoverEveryHead) {
+    const FwdParams p = shape(2, 12, 2, 40, 300);  // 6 heads per KV head, 40 positions: 3 heads per 128-row tile
+    const PrefillTiling t = PrefillTiling::of(p, 128, 64, true, 8);
+    EXPECT_EQ(t.heads_per_tile, 3);
+    expect_every_row_once(p, walk(p, t, 5, true, 128));
+}
+
+}  // namespace
+}  // namespace fmha
