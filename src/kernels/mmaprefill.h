@@ -61,7 +61,9 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
         !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
                                    T::kBlockKeys, 1) ||
         !hopper::encode_tensor_map(&maps.v, bf16, p.v, p.v_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
-                                   T::kBlockKeys, 1))
+                                   T::kBlockKeys, 1) ||
+        !hopper::encode_tensor_map(&maps.o, bf16, p.o, p.o_strides, p.batch, p.heads_q, p.seqlen_q, T::kHeadDim,
+                                   wgmma::kRows, 1))
         return hipErrorInvalidValue;
     static const hipError_t attribute = cudaFuncSetAttribute(
         wgmma_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);

@@ -76,9 +76,10 @@ struct WgmmaTraits {
     static_assert(kEpilogueBarrier + kConsumers <= 16, "named barriers");
 };
 
-// The three tensors as TMA maps; a __grid_constant__ kernel parameter, so TMA reads them in place.
+// The tensors as TMA maps (O's boxes: one consumer's rows); a __grid_constant__ kernel
+// parameter, so TMA reads them in place.
 struct TensorMaps {
-    CUtensorMap q, k, v;
+    CUtensorMap q, k, v, o;
 };
 
 // The block's barriers. The K/V ring's slots are numbered across all of a block's work tiles:
@@ -440,7 +441,11 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
             }
             continue;
         }
-        if (T::kOwnOutputRows) hopper::named_barrier_sync(T::kEpilogueBarrier + consumer, wgmma::kThreads);  // previous tile's reads done
+        const int epilogue = T::kEpilogueBarrier + consumer;
+        if (T::kOwnOutputRows) {  // the previous tile's output has left the staging rows
+            if (thread == 0) hopper::bulk_wait_read();
+            hopper::named_barrier_sync(epilogue, wgmma::kThreads);
+        }
 #pragma unroll
         for (int e = 0; e < T::kHeadDim / 2; e += 2) {
             const wgmma::Position at = wgmma::accumulator_position(thread, e);
@@ -448,18 +453,35 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
             *reinterpret_cast<uint32_t*>(output_rows + wgmma::swizzled_offset(T::kBlockRows, row0 + at.row, at.column)) =
                 hopper::pack_pair<kDType>(o[e] * scale, o[e + 1] * scale);
         }
-        hopper::named_barrier_sync(T::kEpilogueBarrier + consumer, wgmma::kThreads);
-        for (int chunk = thread; chunk < wgmma::kRows * kChunksPerRow; chunk += wgmma::kThreads) {
-            const int row = row0 + chunk / kChunksPerRow, column = chunk % kChunksPerRow * 8;
-            if (uint16_t* out = output_row(row))
-                *reinterpret_cast<uint4*>(out + column) =
-                    *reinterpret_cast<const uint4*>(output_rows + wgmma::swizzled_offset(T::kBlockRows, row, column));
+        // A TMA store where it writes only rows that exist: one head's rows, ending inside the
+        // sequence or cut off by the tensor's end. Elsewhere (GQA heads packed in a tile, the
+        // end of a variable-length sequence) the threads copy the rows that exist.
+        const int position0 = work.tile.position0 + row0;
+        if (tiling.heads_per_tile == 1 && (position0 + wgmma::kRows <= work.len_q || work.len_q == p.seqlen_q)) {
+            hopper::fence_async_shared();
+            hopper::named_barrier_sync(epilogue, wgmma::kThreads);
+            if (thread == 0) {
+                for (int atom = 0; atom < T::kAtoms; ++atom)
+                    hopper::tma_store_4d(&maps.o, output_rows + (atom * T::kBlockRows + row0) * wgmma::kRowBytes,
+                                         atom * wgmma::kAtomColumns, position0, work.tile.head0, int(work.tile.batch));
+                hopper::bulk_commit();
+            }
+        } else {
+            hopper::named_barrier_sync(epilogue, wgmma::kThreads);
+            for (int chunk = thread; chunk < wgmma::kRows * kChunksPerRow; chunk += wgmma::kThreads) {
+                const int row = row0 + chunk / kChunksPerRow, column = chunk % kChunksPerRow * 8;
+                if (uint16_t* out = output_row(row))
+                    *reinterpret_cast<uint4*>(out + column) =
+                        *reinterpret_cast<const uint4*>(output_rows + wgmma::swizzled_offset(T::kBlockRows, row, column));
+            }
         }
-        if (!T::kOwnOutputRows) {  // the staging rows were Q's: free them once every thread has read its share
-            hopper::named_barrier_sync(T::kEpilogueBarrier + consumer, wgmma::kThreads);
+        if (!T::kOwnOutputRows) {  // the staging rows were Q's: free them once the output has left them
+            if (thread == 0) hopper::bulk_wait_read();
+            hopper::named_barrier_sync(epilogue, wgmma::kThreads);
             release_q();
         }
     }
+    if (thread == 0) hopper::bulk_wait();  // the block's shared memory lives until its stores are done
     if (consumer == 0) take_turn();  // the last consumer's final hand-over
 }
 

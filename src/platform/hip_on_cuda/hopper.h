@@ -74,6 +74,22 @@ __device__ inline void tma_load_4d(void* destination, const CUtensorMap* map, in
         : "memory");
 }
 
+// One box from shared memory into the tensor (rows outside it are not written), in a bulk
+// group of the issuing thread: make the box's shared-memory writes visible to TMA first
+// (fence_async_shared, then a barrier), commit after issuing, and wait for the group to have
+// read the box before writing there again.
+__device__ inline void tma_store_4d(const CUtensorMap* map, const void* source, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(shared_address(source)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+__device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Until this thread's committed stores have read their shared memory / have completed.
+__device__ inline void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ inline void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 __device__ inline void prefetch_tensor_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
