@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "kernels/decode/limits.h"
+#include "kernels/mmaprefill/limits.h"
 
 namespace fmha {
 namespace {
@@ -49,7 +50,7 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
     if (key.mask != p.mask())
         misfits.push_back(std::string("its mask is ") + token(key.mask) + ", the problem's " + token(p.mask()) +
                           (key.mask == Mask::causal ? " (-causal-mask)" : " (no -causal-mask or -sliding-window-size)"));
-    if (key.family == Family::mmaprefill && !(p.softmax_scale() > 0.f))
+    if (key.family == Family::mmaprefill && !mmaprefill::takes_scale(p.softmax_scale()))
         misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
     if (!heads_fit(key.heads, p))
         misfits.push_back(std::string("its heads kind is ") + token(key.heads) + ", the problem's " + token(p.heads_kind()) +
