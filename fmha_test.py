@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from generator.archs import ARCHS
+from generator.catalogue import KernelConfig
 from generator.tests.test_generator import *  # noqa: F401,F403  (the generator's tests)
 
 REPO = Path(__file__).resolve().parent
@@ -134,6 +135,7 @@ def test_gpu(gtest_results, case):
     (["-d", "64", "-d", "128"], "flag -d given twice"),
     (["-d", "96", "-bf16"], "nearest kernels"),
     (["-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_gfx1100"], "not in this build's catalogue"),
+    (["-kernel", "fmha_fwd_fp16_d64"], "-kernel fmha_fwd_fp16_d64 is not in this build's catalogue (see -list)"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
     result = fmha(*args)
@@ -162,7 +164,8 @@ def test_head_dim_advice_works_when_pasted(head_dim):
 
 def test_a_forced_kernel_that_does_not_fit_says_which_fields():
     name = next(line.split()[0] for line in fmha("-list").stdout.splitlines() if line.startswith("fmha_fwd_"))
-    dtype, head_dim = name.split("_")[2], int(name.split("_")[3][1:])
+    config = KernelConfig.from_name(name)
+    dtype, head_dim = config.dtype, config.head_dim
     other = "bf16" if dtype == "fp16" else "fp16"
     result = fmha("-kernel", name, f"-{other}", "-d", head_dim + 8)
     assert result.returncode == 2, result.stdout + result.stderr
@@ -185,8 +188,8 @@ def test_list_matches_the_generator():
     listed = {line.split()[0] for line in result.stdout.splitlines() if line.startswith("fmha_fwd_")}
     generated = subprocess.run([sys.executable, "setup.py", "--refresh", "--list"], cwd=REPO, capture_output=True,
                                text=True, check=True).stdout.split()
-    platform = "nvidia" if any(n.endswith("_sm90") for n in listed) else "amd"
-    expected = {n for n in generated if n.endswith("_sm90") == (platform == "nvidia")}
+    platform = KernelConfig.from_name(min(listed)).platform
+    expected = {n for n in generated if KernelConfig.from_name(n).platform == platform}
     assert listed == expected
 
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
+#include <string_view>
 
 #include "kernels/decode/limits.h"
 #include "kernels/mmaprefill/limits.h"
@@ -96,10 +97,10 @@ std::vector<std::string> nearest_kernels(const Problem& p, size_t count) {
     for (const KernelEntry& e : kernel_table()) entries.push_back(&e);
     std::stable_sort(entries.begin(), entries.end(), [&](const KernelEntry* a, const KernelEntry* b) {
         const int da = distance(a->key), db = distance(b->key);
-        return da != db ? da < db : kernel_name(a->key) < kernel_name(b->key);
+        return da != db ? da < db : std::string_view(a->name) < b->name;
     });
     std::vector<std::string> names;
-    for (size_t i = 0; i < entries.size() && names.size() < count; ++i) names.push_back(kernel_name(entries[i]->key));
+    for (size_t i = 0; i < entries.size() && names.size() < count; ++i) names.push_back(entries[i]->name);
     return names;
 }
 
