@@ -4,7 +4,7 @@
 The tests (fmha_test.py), the benchmark (benchmarks/bench.py) and the device scripts (tools/)
 read them from here. From a shell, each name's fmha.exe flags, one line per name:
 
-    python3 benchmarks/shapes.py config3 long4k      # -b 30720 -h 32 -s 2 -s-q 1 -d 256 -fp16 ...
+    python3 benchmarks/shapes.py config3 long4k      # two lines of flags
     python3 benchmarks/shapes.py --list              # every name with its flags
 """
 import sys
