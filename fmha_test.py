@@ -7,6 +7,7 @@
 The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
 machine has no GPU.
 """
+import dataclasses
 import json
 import os
 import re
@@ -18,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.shapes import SHAPES
 from generator.archs import ARCHS
+from generator.catalogue import KernelConfig
 from generator.tests.test_generator import *  # noqa: F401,F403  (the generator's tests)
 
 REPO = Path(__file__).resolve().parent
@@ -134,6 +137,7 @@ def test_gpu(gtest_results, case):
     (["-d", "64", "-d", "128"], "flag -d given twice"),
     (["-d", "96", "-bf16"], "nearest kernels"),
     (["-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_gfx1100"], "not in this build's catalogue"),
+    (["-kernel", "fmha_fwd_fp16_d64"], "-kernel fmha_fwd_fp16_d64 is not in this build's catalogue (see -list)"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
     result = fmha(*args)
@@ -162,7 +166,8 @@ def test_head_dim_advice_works_when_pasted(head_dim):
 
 def test_a_forced_kernel_that_does_not_fit_says_which_fields():
     name = next(line.split()[0] for line in fmha("-list").stdout.splitlines() if line.startswith("fmha_fwd_"))
-    dtype, head_dim = name.split("_")[2], int(name.split("_")[3][1:])
+    config = KernelConfig.from_name(name)
+    dtype, head_dim = config.dtype, config.head_dim
     other = "bf16" if dtype == "fp16" else "fp16"
     result = fmha("-kernel", name, f"-{other}", "-d", head_dim + 8)
     assert result.returncode == 2, result.stdout + result.stderr
@@ -185,8 +190,8 @@ def test_list_matches_the_generator():
     listed = {line.split()[0] for line in result.stdout.splitlines() if line.startswith("fmha_fwd_")}
     generated = subprocess.run([sys.executable, "setup.py", "--refresh", "--list"], cwd=REPO, capture_output=True,
                                text=True, check=True).stdout.split()
-    platform = "nvidia" if any(n.endswith("_sm90") for n in listed) else "amd"
-    expected = {n for n in generated if n.endswith("_sm90") == (platform == "nvidia")}
+    platform = KernelConfig.from_name(min(listed)).platform
+    expected = {n for n in generated if KernelConfig.from_name(n).platform == platform}
     assert listed == expected
 
 
@@ -197,6 +202,27 @@ def test_no_gpu_is_reported_with_exit_3():
     # The cause, not a runtime's guess (CUDA's runtime without a driver blames the driver's version).
     assert re.search(r"no GPU found: (no (NVIDIA|AMD GPU) driver|the (NVIDIA|AMD) driver sees no GPU|no access to /dev/kfd)",
                      result.stderr), result.stderr
+
+
+@pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU: the GPU runs take these shapes")
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_every_named_shape_is_a_problem_this_build_runs(name):
+    """Valid and covered by the catalogue: without a GPU fmha.exe gets as far as looking for one."""
+    result = fmha(*SHAPES[name].fmha_args())
+    if "nearest kernels in this build" in result.stderr:
+        pytest.skip(f"this build's catalogue has no kernel for it: {result.stderr.splitlines()[0]}")
+    assert result.returncode == 3, result.stderr
+
+
+def test_shapes_print_their_flags_for_the_shell_tools():
+    shapes = subprocess.run([sys.executable, "benchmarks/shapes.py", "config3", "long4k"], cwd=REPO,
+                            capture_output=True, text=True)
+    assert shapes.returncode == 0, shapes.stderr
+    assert shapes.stdout.splitlines() == [" ".join(SHAPES[name].fmha_args()) for name in ("config3", "long4k")]
+    unknown = subprocess.run([sys.executable, "benchmarks/shapes.py", "config3", "config9"], cwd=REPO,
+                             capture_output=True, text=True)
+    assert unknown.returncode == 2 and "unknown shape(s) config9 (known: config1," in unknown.stderr
+    assert unknown.stdout == ""
 
 
 # ---------------------------------------------------------------- set-up on a fresh machine
@@ -304,15 +330,9 @@ def test_adding_a_head_dim_compiles_only_its_kernels_and_the_table(tmp_path):
 
 # ---------------------------------------------------------------- fmha.exe on the GPU
 
-HEADLINE = ["-b", "30720", "-s", "2", "-fp16"]
+# The SPEC's configs and the headline's variants (benchmarks/shapes.py), then shapes of our own.
 GPU_RUNS = {
-    "spec_config_1": HEADLINE + ["-s-q", "1", "-d", "256", "-h", "16"],
-    "spec_config_2": HEADLINE + ["-s-q", "1", "-d", "128", "-h", "16"],
-    "spec_config_3": HEADLINE + ["-s-q", "1", "-d", "256", "-h", "32"],
-    "spec_config_4": HEADLINE + ["-s-q", "1", "-d", "128", "-h", "32"],
-    "headline_s2": HEADLINE + ["-d", "256", "-h", "32"],
-    "headline_gqa": HEADLINE + ["-s-q", "1", "-d", "128", "-h", "32", "-gqa", "8"],
-    "headline_bf16_mqa": ["-b", "30720", "-s", "2", "-s-q", "1", "-d", "128", "-h", "16", "-mqa", "-bf16"],
+    **{name: SHAPES[name].fmha_args() for name in ("config1", "config2", "config3", "config4", "s2", "gqa", "mqa_bf16")},
     "odd_prefill_causal": ["-b", "3", "-h", "6", "-gqa", "2", "-s", "333", "-s-q", "77", "-d", "64", "-causal-mask"],
     "prefill_bshd": ["-b", "2", "-h", "8", "-s", "1000", "-d", "128", "-layout", "bshd", "-bf16"],
     "prefill_packed": ["-b", "2", "-h", "4", "-s", "513", "-d", "256", "-layout", "qkv-packed", "-causal-mask"],
@@ -323,11 +343,11 @@ GPU_RUNS = {
 # Runs that also ask for the log-sum-exps: each family, and each way the decode family merges
 # key splits (none, in shared memory, through the workspace and the combine kernel).
 LSE_RUNS = {
-    "lse_headline_gqa": GPU_RUNS["headline_gqa"],
+    "lse_headline_gqa": GPU_RUNS["gqa"],
     "lse_prefill_varlen_causal": GPU_RUNS["variable_lengths"],
     "lse_prefill_window": GPU_RUNS["sliding_window"],
-    "lse_decode_block_merge": ["-b", "64", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "4096"],
-    "lse_decode_combine": ["-b", "1", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "32768", "-bf16"],
+    "lse_decode_block_merge": SHAPES["long4k"].fmha_args(),
+    "lse_decode_combine": dataclasses.replace(SHAPES["long32k_b1"], dtype="bf16").fmha_args(),
     "lse_decode_varlen": ["-b", "5", "-h", "8", "-gqa", "2", "-s", "3000", "-s-q", "2", "-min-s", "1", "-d", "256",
                           "-causal-mask"],
 }
@@ -353,11 +373,11 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
 
 @needs_gpu
 @pytest.mark.parametrize("args, expected", [
-    (GPU_RUNS["spec_config_3"], r"short-keys variant \(1 query row\(s\) a pass\), 983040 work items .*; keys not split$"),
-    (GPU_RUNS["headline_gqa"], r"short-keys variant \(4 query row\(s\) a pass\), 245760 work items .*; keys not split$"),
-    (["-b", "64", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "4096"],
+    (GPU_RUNS["config3"], r"short-keys variant \(1 query row\(s\) a pass\), 983040 work items .*; keys not split$"),
+    (GPU_RUNS["gqa"], r"short-keys variant \(4 query row\(s\) a pass\), 245760 work items .*; keys not split$"),
+    (SHAPES["long4k"].fmha_args(),
      r"variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys split \d+ ways .*, \d+ merged in shared memory$"),
-    (["-b", "1", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "32768"],
+    (SHAPES["long32k_b1"].fmha_args(),
      r"keys split \d+ ways .* \d+ partials per row combined through the workspace$"),
     # 3 heads of 77 positions per KV head: two heads share a 192-row tile (and its K/V reads)
     (GPU_RUNS["odd_prefill_causal"], r"^Launch\.+: 12 tiles of 192 query rows on 12 blocks \(2 heads of a GQA group x 77 "

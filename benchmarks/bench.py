@@ -32,79 +32,8 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 
-
-@dataclass
-class Case:
-    name: str
-    batch: int
-    heads_q: int
-    heads_kv: int
-    seqlen_q: int
-    seqlen_kv: int
-    head_dim: int
-    dtype: str = "fp16"
-    causal: bool = False
-    prefill: bool = False  # reported in TFLOP/s against the SDPA backends
-
-    def fmha_args(self):
-        args = ["-b", self.batch, "-h", self.heads_q, "-s", self.seqlen_kv, "-s-q", self.seqlen_q,
-                "-d", self.head_dim, f"-{self.dtype}"]
-        if self.heads_kv != self.heads_q:
-            args += ["-gqa", self.heads_kv]
-        if self.causal:
-            args += ["-causal-mask"]
-        return [str(a) for a in args]
-
-    def flops(self):
-        """Of the visible query-key pairs only (bottom-right causal)."""
-        s_q, s_kv = self.seqlen_q, self.seqlen_kv
-        pairs = sum(max(0, min(s_kv, i + s_kv - s_q + 1)) for i in range(s_q)) if self.causal else s_q * s_kv
-        return 4 * self.batch * self.heads_q * pairs * self.head_dim
-
-    def bytes_moved(self):
-        q = self.batch * self.heads_q * self.seqlen_q * self.head_dim * 2
-        kv = self.batch * self.heads_kv * self.seqlen_kv * self.head_dim * 2
-        return 2 * q + 2 * kv
-
-
-CASES = [
-    Case("config1", 30720, 16, 16, 1, 2, 256),
-    Case("config2", 30720, 16, 16, 1, 2, 128),
-    Case("config3", 30720, 32, 32, 1, 2, 256),
-    Case("config4", 30720, 32, 32, 1, 2, 128),
-    Case("s2", 30720, 32, 32, 2, 2, 256),                # fmha.exe -d 256 -b 30720 -h 32 -s 2
-    Case("gqa", 30720, 32, 8, 1, 2, 128),
-    Case("gqa_s2", 30720, 32, 8, 2, 2, 128),             # GQA at seqlen_q = 2: 8 rows per KV head
-    Case("bf16", 30720, 32, 32, 1, 2, 256, "bf16"),
-    Case("long4k", 64, 32, 8, 1, 4096, 128),
-    Case("long32k", 64, 32, 8, 1, 32768, 128),
-    Case("long4k_b1", 1, 32, 8, 1, 4096, 128),      # one sequence: 8 KV heads must fill the GPU
-    Case("long32k_b1", 1, 32, 8, 1, 32768, 128),
-]
-
-
-def prefill_case(name, b, h, h_kv, s, d, dtype="fp16", causal=False):
-    return Case(name, b, h, h_kv, s, s, d, dtype, causal, prefill=True)
-
-
-# FlashAttention-3's sweep (batch x seqlen = 16k, heads x head_dim = 2048), causal and not, in
-# fp16 and for d128 in bf16; GQA prefill; the shapes of the tensor-core prefill issue.
-PREFILL_CASES = [
-    prefill_case(f"fa3_d{d}_s{s // 1024}k{'_causal' if causal else ''}{'_bf16' if dtype == 'bf16' else ''}",
-                 16384 // s, 2048 // d, 2048 // d, s, d, dtype, causal)
-    for dtype, dims in (("fp16", (64, 128, 256)), ("bf16", (128,)))
-    for d in dims for s in (1024, 4096, 16384) for causal in (False, True)
-] + [
-    prefill_case("gqa_prefill", 2, 32, 8, 4096, 128),
-    prefill_case("gqa_prefill_causal", 2, 32, 8, 4096, 128, causal=True),
-    prefill_case("issue_d128", 2, 16, 16, 4096, 128),
-    prefill_case("issue_causal", 4, 32, 32, 1024, 128, causal=True),
-    prefill_case("issue_d256", 2, 16, 16, 4096, 256),
-    prefill_case("issue_d64_bf16", 8, 16, 16, 2048, 64, "bf16"),
-]
-CASES += PREFILL_CASES
+from shapes import CASES  # benchmarks/shapes.py: the named shapes
 
 
 def device_ms(fn, runs, warmup=5):

@@ -2,16 +2,19 @@
 
 A kernel's name lists every field of its tuple in a fixed order, with tokens unique across
 fields, e.g. fmha_fwd_fp16_d256_mha_nomask_prefill_gfx942. That name is the file name, the
-launcher symbol, the kernel-table key, fmha.exe's -kernel value and the test id.
+launcher symbol, the kernel-table key, fmha.exe's -kernel value and the test id. Its grammar
+lives here only: the C++ side takes each kernel's name from its generated table row.
 """
 import collections
 import fnmatch
 import itertools
+import re
 from dataclasses import dataclass, fields
 
 from .archs import ARCHS
 
 NAME_PREFIX = "fmha_fwd"
+TOKEN_PREFIXES = {"head_dim": "d"}  # a field's token is its value after this prefix (e.g. d256)
 
 DTYPES = ("fp16", "bf16")
 HEADS_KINDS = ("mha", "gqa", "mqa")
@@ -84,8 +87,8 @@ class KernelConfig:
 
     @property
     def name(self):
-        return "_".join((NAME_PREFIX, self.dtype, f"d{self.head_dim}", self.heads,
-                         self.mask, self.family, self.arch))
+        return "_".join([NAME_PREFIX] + [TOKEN_PREFIXES.get(f.name, "") + str(getattr(self, f.name))
+                                         for f in fields(self)])
 
     @property
     def platform(self):
@@ -93,17 +96,30 @@ class KernelConfig:
 
     @classmethod
     def from_name(cls, name):
-        prefix = NAME_PREFIX + "_"
-        tokens = name[len(prefix):].split("_") if name.startswith(prefix) else []
-        if len(tokens) != len(fields(cls)) or not tokens[1][1:].isdigit() or tokens[1][0] != "d":
-            raise ValueError(f"not a kernel name: {name!r} (expected {prefix}"
-                             "<dtype>_d<head_dim>_<heads>_<mask>_<family>_<arch>)")
-        dtype, head_dim, heads, mask, family, arch = tokens
-        config = cls(dtype, int(head_dim[1:]), heads, mask, family, arch)
+        """The tuple of a catalogue name. Fields are matched against their known tokens, not
+        split at underscores, so a token may hold one (e.g. a family "split_kv")."""
+        found = name_pattern().fullmatch(name)
+        if not found:
+            expected = "_".join([NAME_PREFIX] + [f"{TOKEN_PREFIXES.get(f.name, '')}<{f.name}>" for f in fields(cls)])
+            raise ValueError(f"not a kernel name: {name!r} (expected {expected}, each a known token)")
+        config = cls(**dict(found.groupdict(), head_dim=int(found["head_dim"])))
         problems = validate(config)
         if problems:
             raise ValueError(f"invalid kernel name {name!r}: " + "; ".join(problems))
         return config
+
+
+def known_values():
+    """The values each field other than head_dim may take."""
+    return {"dtype": DTYPES, "heads": HEADS_KINDS, "mask": MASKS, "family": FAMILIES, "arch": ARCHS}
+
+
+def name_pattern():
+    """The name grammar as a regular expression, one named group per field, in field order."""
+    patterns = {field: "|".join(map(re.escape, values)) for field, values in known_values().items()}
+    patterns["head_dim"] = "[1-9][0-9]*"
+    return re.compile("_".join([re.escape(NAME_PREFIX)] + [
+        f"{re.escape(TOKEN_PREFIXES.get(f.name, ''))}(?P<{f.name}>{patterns[f.name]})" for f in fields(KernelConfig)]))
 
 
 def offered(family, arch):
@@ -114,8 +130,7 @@ def offered(family, arch):
 def unknown_values(config):
     """Returns the reasons some field of the tuple is not a catalogue value at all."""
     problems = []
-    for field, allowed in (("dtype", DTYPES), ("heads", HEADS_KINDS), ("mask", MASKS),
-                           ("family", FAMILIES), ("arch", ARCHS)):
+    for field, allowed in known_values().items():
         value = getattr(config, field)
         if value not in allowed:
             problems.append(f"unknown {field} {value!r} (known: {', '.join(allowed)})")

@@ -6,10 +6,10 @@
 # that drift of the device shows in all of them. One line per build and shape: the rounds'
 # times in us, "!" and the verdict after a run whose checks did not pass.
 #   mkdir -p old/src/kernels/decode && git show HEAD:src/kernels/decode/tensor_core.h > old/src/kernels/decode/tensor_core.h
-#   VERSIONS="base=old" SHAPES="-b 64 -h 32 -gqa 8 -d 128 -s-q 1 -s 4096" ROUNDS=5 bash tools/ab.sh
+#   VERSIONS="base=old" SHAPES="$(python3 benchmarks/shapes.py long4k)" ROUNDS=5 bash tools/ab.sh
 set -uo pipefail
 OUT=${OUT:-device-logs}; mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-SHAPES=${SHAPES:-"-b 64 -h 32 -gqa 8 -d 128 -s-q 1 -s 4096;-b 64 -h 32 -gqa 8 -d 128 -s-q 1 -s 32768"}
+SHAPES=${SHAPES:-$(python3 benchmarks/shapes.py long4k long32k | paste -sd';')}  # ';' between shapes
 nvidia-smi -L 2>/dev/null; date -u
 # An overlay file must replace a file of the tree: one at another path would change nothing.
 for version in ${VERSIONS:-}; do

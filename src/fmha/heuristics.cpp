@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
+#include <string_view>
 
 #include "kernels/decode/limits.h"
+#include "kernels/mmaprefill/limits.h"
 
 namespace fmha {
 namespace {
@@ -49,7 +51,7 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
     if (key.mask != p.mask())
         misfits.push_back(std::string("its mask is ") + token(key.mask) + ", the problem's " + token(p.mask()) +
                           (key.mask == Mask::causal ? " (-causal-mask)" : " (no -causal-mask or -sliding-window-size)"));
-    if (key.family == Family::mmaprefill && !(p.softmax_scale() > 0.f))
+    if (key.family == Family::mmaprefill && !mmaprefill::takes_scale(p.softmax_scale()))
         misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
     if (!heads_fit(key.heads, p))
         misfits.push_back(std::string("its heads kind is ") + token(key.heads) + ", the problem's " + token(p.heads_kind()) +
@@ -95,10 +97,10 @@ std::vector<std::string> nearest_kernels(const Problem& p, size_t count) {
     for (const KernelEntry& e : kernel_table()) entries.push_back(&e);
     std::stable_sort(entries.begin(), entries.end(), [&](const KernelEntry* a, const KernelEntry* b) {
         const int da = distance(a->key), db = distance(b->key);
-        return da != db ? da < db : kernel_name(a->key) < kernel_name(b->key);
+        return da != db ? da < db : std::string_view(a->name) < b->name;
     });
     std::vector<std::string> names;
-    for (size_t i = 0; i < entries.size() && names.size() < count; ++i) names.push_back(kernel_name(entries[i]->key));
+    for (size_t i = 0; i < entries.size() && names.size() < count; ++i) names.push_back(entries[i]->name);
     return names;
 }
 

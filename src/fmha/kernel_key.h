@@ -1,9 +1,6 @@
-// A kernel's config tuple on the C++ side, and its name (see generator/catalogue.py).
+// A kernel's config tuple on the C++ side, and its fields' tokens. The tuple's name is the
+// generator's (generator/catalogue.py), carried by its kernel-table row (kernel_table.h).
 #pragma once
-
-#include <optional>
-#include <string>
-#include <string_view>
 
 #include "fmha_catalogue.h"
 
@@ -30,13 +27,6 @@ const char* token(Mask v);
 const char* token(Family v);
 const char* token(Arch v);
 const char* token(Platform v);
-
-// Parses one token of the given axis; nullopt when it is not one of the axis' tokens.
-template <class Enum>
-std::optional<Enum> parse_token(std::string_view text);
-
-std::string kernel_name(const KernelKey& key);
-std::optional<KernelKey> parse_kernel_name(std::string_view name);
 
 Platform platform_of(Arch arch);
 int bytes_of(DType dtype);

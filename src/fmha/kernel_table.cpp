@@ -8,4 +8,10 @@ const KernelEntry* find_kernel(const KernelKey& key) {
     return nullptr;
 }
 
+const KernelEntry* find_kernel_named(std::string_view name) {
+    for (const KernelEntry& entry : kernel_table())
+        if (name == entry.name) return &entry;
+    return nullptr;
+}
+
 }  // namespace fmha

@@ -4,6 +4,7 @@
 #include <hip/hip_runtime_api.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fmha/kernel_key.h"
@@ -22,6 +23,7 @@ struct KernelEntry {
     LaunchFn launch;
     WorkspaceFn workspace;
     DescribeFn describe = nullptr;  // optional: tests build entries without one
+    const char* name = "";          // the generator's name (generator/catalogue.py); tests' entries have none
 };
 
 // Every kernel this build holds (one platform's archs).
@@ -32,5 +34,7 @@ const char* catalogue_selection();
 
 // The entry with exactly this key, or nullptr.
 const KernelEntry* find_kernel(const KernelKey& key);
+// The entry of this name (fmha.exe -kernel, the GPU tests' ids), or nullptr.
+const KernelEntry* find_kernel_named(std::string_view name);
 
 }  // namespace fmha

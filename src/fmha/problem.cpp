@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "kernels/common/mask.h"
+
 namespace fmha {
 
 const char* layout_token(Layout layout) {
@@ -130,11 +132,20 @@ FwdParams shape_params(const Problem& p) {
     return params;
 }
 
-KeyRange visible_keys(const Problem& p, int64_t i, int64_t len_q, int64_t len_kv) {
-    if (!p.causal) return {0, len_kv - 1};
-    const int64_t diagonal = i + len_kv - len_q;
-    const int64_t window = p.effective_window();
-    return {std::max<int64_t>(0, diagonal - window + 1), std::min(len_kv - 1, diagonal)};
+namespace {
+
+template <bool kCausal>
+KeyRange keys_seen(int first_row, int last_row, int len_q, int len_kv, int window) {
+    int lo, hi;
+    KeyMask<kCausal>::of(len_q, len_kv, window).key_range(first_row, last_row, lo, hi);
+    return {lo, hi - 1};
+}
+
+}  // namespace
+
+KeyRange visible_keys(const Problem& p, int first_row, int last_row, int len_q, int len_kv) {
+    return p.causal ? keys_seen<true>(first_row, last_row, len_q, len_kv, p.effective_window())
+                    : keys_seen<false>(first_row, last_row, len_q, len_kv, p.effective_window());
 }
 
 namespace {
@@ -153,10 +164,10 @@ void for_each_sequence(const Problem& p, const SeqLens& lens, Visit visit) {
 
 double flop_count(const Problem& p, const SeqLens& lens) {
     double pairs = 0;  // (query row, visible key) pairs over all sequences, per head
-    for_each_sequence(p, lens, [&](int64_t len_q, int64_t len_kv, int64_t sequences) {
+    for_each_sequence(p, lens, [&](int len_q, int len_kv, int64_t sequences) {
         double per_sequence = 0;
-        for (int64_t i = 0; i < len_q; ++i) {
-            const KeyRange r = visible_keys(p, i, len_q, len_kv);
+        for (int i = 0; i < len_q; ++i) {
+            const KeyRange r = visible_keys(p, i, i, len_q, len_kv);
             per_sequence += static_cast<double>(std::max<int64_t>(0, r.last - r.first + 1));
         }
         pairs += per_sequence * sequences;
@@ -166,12 +177,10 @@ double flop_count(const Problem& p, const SeqLens& lens) {
 
 double byte_count(const Problem& p, const SeqLens& lens) {
     double q_rows = 0, kv_rows = 0;
-    for_each_sequence(p, lens, [&](int64_t len_q, int64_t len_kv, int64_t sequences) {
-        // Visible ranges move monotonically with i: their union is [first of row 0, last of the last row].
-        const int64_t first = visible_keys(p, 0, len_q, len_kv).first;
-        const int64_t last = visible_keys(p, len_q - 1, len_q, len_kv).last;
+    for_each_sequence(p, lens, [&](int len_q, int len_kv, int64_t sequences) {
+        const KeyRange keys = visible_keys(p, 0, len_q - 1, len_q, len_kv);
         q_rows += static_cast<double>(len_q) * sequences;
-        kv_rows += static_cast<double>(std::max<int64_t>(0, last - first + 1)) * sequences;
+        kv_rows += static_cast<double>(std::max<int64_t>(0, keys.last - keys.first + 1)) * sequences;
     });
     const double row_bytes = static_cast<double>(p.head_dim) * bytes_of(p.dtype);
     return row_bytes * (2.0 * q_rows * p.heads_q + 2.0 * kv_rows * p.heads_kv);

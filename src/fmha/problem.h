@@ -63,11 +63,12 @@ struct SeqLens {
     std::vector<int> q, kv;
 };
 
-// Keys that query row i of a (len_q, len_kv) sequence sees: [first, last] (empty if last < first).
+// Keys that some query row of [first_row, last_row] of a (len_q, len_kv) sequence sees, by the
+// kernels' mask rule (kernels/common/mask.h): [first, last] (empty if last < first).
 struct KeyRange {
     int64_t first, last;
 };
-KeyRange visible_keys(const Problem& p, int64_t i, int64_t len_q, int64_t len_kv);
+KeyRange visible_keys(const Problem& p, int first_row, int last_row, int len_q, int len_kv);
 
 // FLOPs of the unmasked work only (2 * d for Q.K^T plus 2 * d for P.V per visible key).
 double flop_count(const Problem& p, const SeqLens& lens);

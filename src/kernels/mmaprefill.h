@@ -10,6 +10,7 @@
 
 #include "kernels/common/schedule.h"
 #include "kernels/config.h"
+#include "kernels/mmaprefill/limits.h"
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
 #include "kernels/mmaprefill/wgmma_kernel.h"
@@ -41,11 +42,11 @@ PrefillTiling tiling_of(const FwdParams& p) {
                              kPersistentMaxQueryBlocks);
 }
 
-// What this family needs beyond the kernel's tuple: a positive scale (the softmax takes row
-// maxima before scaling) and a tile count the 1-D grid holds.
+// What this family needs beyond the kernel's tuple: a scale it takes (mmaprefill/limits.h) and
+// a tile count the 1-D grid holds.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    return params_match<Config>(p) && p.scale > 0.f && tiling.tiles <= INT32_MAX;
+    return params_match<Config>(p) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX;
 }
 
 template <class Config>

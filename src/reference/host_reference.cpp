@@ -22,10 +22,14 @@ std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const s
             const float* v_head = &v[((b * p.heads_kv + hk) * p.seqlen_kv) * d];
             for (int64_t i = 0; i < len_q; ++i) {
                 const float* q_row = &q[((b * p.heads_q + h) * p.seqlen_q + i) * d];
-                const KeyRange keys = visible_keys(p, i, len_q, len_kv);
-                if (keys.last < keys.first) continue;
+                // Bottom-right causal with an optional window, worked out here rather than taken
+                // from the kernels' rule (kernels/common/mask.h), so that the check is independent.
+                const int64_t diagonal = i + len_kv - len_q;
+                const int64_t first = p.causal ? std::max<int64_t>(0, diagonal - p.effective_window() + 1) : 0;
+                const int64_t last = p.causal ? std::min(len_kv - 1, diagonal) : len_kv - 1;
+                if (last < first) continue;
                 double row_max = -INFINITY;
-                for (int64_t j = keys.first; j <= keys.last; ++j) {
+                for (int64_t j = first; j <= last; ++j) {
                     double dot = 0;
                     for (int64_t c = 0; c < d; ++c) dot += double(q_row[c]) * k_head[j * d + c];
                     scores[j] = dot * scale;
@@ -33,7 +37,7 @@ std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const s
                 }
                 double sum = 0;
                 std::fill(acc.begin(), acc.end(), 0.0);
-                for (int64_t j = keys.first; j <= keys.last; ++j) {
+                for (int64_t j = first; j <= last; ++j) {
                     const double weight = std::exp(scores[j] - row_max);
                     sum += weight;
                     for (int64_t c = 0; c < d; ++c) acc[c] += weight * v_head[j * d + c];

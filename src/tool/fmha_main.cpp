@@ -51,7 +51,7 @@ int list_catalogue(const DeviceInfo& device) {
            token(build_platform()), catalogue_selection());
     std::vector<std::string> names;
     for (const KernelEntry& e : kernel_table())
-        names.push_back(kernel_name(e.key) + (device.arch && e.key.arch == *device.arch ? "  (runs here)" : ""));
+        names.push_back(e.name + std::string(device.arch && e.key.arch == *device.arch ? "  (runs here)" : ""));
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) printf("%s\n", name.c_str());
     return kSuccess;
@@ -60,14 +60,13 @@ int list_catalogue(const DeviceInfo& device) {
 // The kernel forced with -kernel NAME, checked against the problem (arch aside); nullptr
 // with the reason when it is unknown or cannot run the problem.
 const KernelEntry* forced_kernel(const Options& o, std::string* reason) {
-    const auto key = parse_kernel_name(o.kernel);
-    const KernelEntry* entry = key ? find_kernel(*key) : nullptr;
+    const KernelEntry* entry = find_kernel_named(o.kernel);
     std::string why_not;
     if (!entry) {
         *reason = "-kernel " + o.kernel + " is not in this build's catalogue (see -list)";
         return nullptr;
     }
-    if (!kernel_supports(*key, o.problem, &why_not)) {
+    if (!kernel_supports(entry->key, o.problem, &why_not)) {
         *reason = "-kernel " + o.kernel + " cannot run this problem: " + why_not;
         return nullptr;
     }
@@ -251,7 +250,7 @@ int run(const Options& o) {
         kernel = selection.entry;
         reason = selection.reason;
     }
-    const std::string name = kernel_name(kernel->key);
+    const std::string name = kernel->name;
 
     const SeqLens lens = draw_lengths(o);
     const BufferSizes sizes = buffer_sizes(p);

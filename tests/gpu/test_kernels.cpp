@@ -71,7 +71,7 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
 
 std::vector<std::string> catalogue_names() {
     std::vector<std::string> names;
-    for (const KernelEntry& entry : kernel_table()) names.push_back(kernel_name(entry.key));
+    for (const KernelEntry& entry : kernel_table()) names.push_back(entry.name);
     return names;
 }
 
@@ -81,7 +81,7 @@ class Catalogue : public ::testing::TestWithParam<std::string> {
 
     void SetUp() override {
         SKIP_WITHOUT_GPU();
-        kernel_ = find_kernel(*parse_kernel_name(GetParam()));
+        kernel_ = find_kernel_named(GetParam());
         if (test_device().arch != kernel_->key.arch)
             GTEST_SKIP() << GetParam() << " is for " << token(kernel_->key.arch) << ", the device is " << test_device().arch_name;
     }
@@ -165,9 +165,9 @@ TEST(SplitKv, LongKeyRangesOfFewSequences) {
             cases.push_back(windowed);
         }
         for (const GpuCase& c : cases) {
-            EXPECT_GT(kernel.workspace(shape_params(c.problem)), 0u) << kernel_name(key) << " did not split " << c.describe();
+            EXPECT_GT(kernel.workspace(shape_params(c.problem)), 0u) << kernel.name << " did not split " << c.describe();
             const CaseResult r = run_case(kernel, c);
-            EXPECT_TRUE(r.passed) << kernel_name(key) << ": " << r.message;
+            EXPECT_TRUE(r.passed) << kernel.name << ": " << r.message;
         }
     }
     if (kernels == 0) GTEST_SKIP() << "no d128 decode kernel for " << test_device().arch_name << " in this build";

@@ -24,7 +24,7 @@ TEST(Heuristics, PicksTheExactKernelWhenPresent) {
         const int h_kv = k.heads == HeadsKind::mha ? 8 : k.heads == HeadsKind::mqa ? 1 : 2;
         const Problem p = make(8, h_kv, k.head_dim, k.dtype, k.mask == Mask::causal);
         const Selection s = select_kernel(p, k.arch);
-        ASSERT_NE(s.entry, nullptr) << kernel_name(k);
+        ASSERT_NE(s.entry, nullptr) << entry.name;
         EXPECT_EQ(s.entry->key.dtype, k.dtype);
         EXPECT_EQ(s.entry->key.head_dim, k.head_dim);
         EXPECT_EQ(s.entry->key.mask, k.mask);

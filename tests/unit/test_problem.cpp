@@ -61,12 +61,20 @@ TEST(Problem, LayoutStridesAddressTheSameLogicalElement) {
 TEST(Problem, BottomRightCausalVisibility) {
     Problem p = make(1, 1, 1, 2, 5, 64, true);
     // s_q = 2, s_kv = 5: row 0 sees keys 0..3, row 1 sees 0..4.
-    EXPECT_EQ(visible_keys(p, 0, 2, 5).first, 0);
-    EXPECT_EQ(visible_keys(p, 0, 2, 5).last, 3);
-    EXPECT_EQ(visible_keys(p, 1, 2, 5).last, 4);
+    EXPECT_EQ(visible_keys(p, 0, 0, 2, 5).first, 0);
+    EXPECT_EQ(visible_keys(p, 0, 0, 2, 5).last, 3);
+    EXPECT_EQ(visible_keys(p, 1, 1, 2, 5).last, 4);
     p.window = 2;  // the 2 keys ending at the diagonal
-    EXPECT_EQ(visible_keys(p, 0, 2, 5).first, 2);
-    EXPECT_EQ(visible_keys(p, 0, 2, 5).last, 3);
+    EXPECT_EQ(visible_keys(p, 0, 0, 2, 5).first, 2);
+    EXPECT_EQ(visible_keys(p, 0, 0, 2, 5).last, 3);
+    EXPECT_EQ(visible_keys(p, 0, 1, 2, 5).first, 2);  // rows 0 and 1 together: keys 2..4
+    EXPECT_EQ(visible_keys(p, 0, 1, 2, 5).last, 4);
+    // s_q = 5 > s_kv = 2: row 0's diagonal is key -3, so it sees nothing.
+    const KeyRange none = visible_keys(p, 0, 0, 5, 2);
+    EXPECT_LT(none.last, none.first);
+    p.causal = false, p.window = 0;
+    EXPECT_EQ(visible_keys(p, 0, 0, 5, 2).first, 0);
+    EXPECT_EQ(visible_keys(p, 0, 0, 5, 2).last, 1);
 }
 
 TEST(Counts, HeadlineConfigMovesThreeGigabytes) {

@@ -4,7 +4,8 @@
 // key i + len_kv - len_q (bottom-right aligned, as FlashAttention 2.1+). Without a mask a row
 // sees keys [0, len_kv); a causal row sees the `window` keys that end at its diagonal,
 // (diagonal - window, diagonal], clipped to [0, len_kv). window >= len_kv is plain causal.
-// The reference (src/reference/) keeps its own arithmetic so that it stays an independent check.
+// The reference (src/reference/) keeps its own arithmetic so that it stays an independent check;
+// host code (visible_keys, for fmha.exe's FLOP and byte counts) uses this one.
 //
 // The decode family's tensor-core loop is sensitive to how nvcc inlines these (its SASS changes
 // with an extra call level, docs/decisions.md): MaskRow::sees and VisibleKeys::add keep the
@@ -13,9 +14,17 @@
 
 #include <hip/hip_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace fmha {
+
+#if !defined(__CUDACC__) && !defined(__HIP__)
+// A plain host compiler (g++ on the NVIDIA build's .cpp files) has no global min and max for
+// int as CUDA and HIP do.
+using std::max;
+using std::min;
+#endif
 
 // A query row as the mask sees it: its diagonal, and whether the row exists (rows past a
 // sequence's length, or past a work item's rows, see nothing).
@@ -25,7 +34,7 @@ struct MaskRow {
 
     // Whether the row sees `key`, for keys below len_kv.
     template <bool kCausal>
-    __device__ bool sees(int key, int window) const {
+    __host__ __device__ bool sees(int key, int window) const {
         return valid && (!kCausal || (key <= diagonal && key > diagonal - window));
     }
 };
@@ -35,13 +44,13 @@ template <bool kCausal>
 struct VisibleKeys {
     int lo = INT32_MAX, hi = INT32_MIN;
 
-    __device__ void add(const MaskRow& row, int len_kv, int window) {
+    __host__ __device__ void add(const MaskRow& row, int len_kv, int window) {
         if (!row.valid) return;
         lo = min(lo, kCausal ? row.diagonal - window + 1 : 0);
         hi = max(hi, kCausal ? row.diagonal + 1 : len_kv);
     }
     // The keys some added row sees, [kv_lo, kv_hi); empty (0, 0) where none does.
-    __device__ void key_range(int len_kv, int& kv_lo, int& kv_hi) const {
+    __host__ __device__ void key_range(int len_kv, int& kv_lo, int& kv_hi) const {
         kv_lo = max(0, lo);
         kv_hi = min(len_kv, hi);
         if (kv_lo >= kv_hi) kv_lo = kv_hi = 0;
@@ -55,14 +64,14 @@ struct KeyMask {
     int offset;  // len_kv - len_q: the diagonal of position 0
     int window;  // causal rows see this many keys, ending at the diagonal
 
-    __device__ static KeyMask of(int len_q, int len_kv, int window) { return {len_kv, len_kv - len_q, window}; }
+    __host__ __device__ static KeyMask of(int len_q, int len_kv, int window) { return {len_kv, len_kv - len_q, window}; }
 
-    __device__ int diagonal(int position) const { return position + offset; }
-    __device__ MaskRow row(int position) const { return {diagonal(position), true}; }
-    __device__ bool sees(int position, int key) const { return key < len_kv && row(position).template sees<kCausal>(key, window); }
+    __host__ __device__ int diagonal(int position) const { return position + offset; }
+    __host__ __device__ MaskRow row(int position) const { return {diagonal(position), true}; }
+    __host__ __device__ bool sees(int position, int key) const { return key < len_kv && row(position).template sees<kCausal>(key, window); }
     // The keys that some row of positions [first, last] sees, [kv_lo, kv_hi) (the rows'
     // ranges move with their diagonals, so the first and last rows bound them).
-    __device__ void key_range(int first, int last, int& kv_lo, int& kv_hi) const {
+    __host__ __device__ void key_range(int first, int last, int& kv_lo, int& kv_hi) const {
         VisibleKeys<kCausal> keys;
         keys.add(row(first), len_kv, window);
         keys.add(row(last), len_kv, window);

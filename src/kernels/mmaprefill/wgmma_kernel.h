@@ -161,11 +161,9 @@ struct KeyTiles {
         const int k0 = first_key(i, block_keys);
         return k0 + block_keys - 1 > masked_above || k0 <= masked_below;
     }
-    // Key tiles end at kv_end, inside the sequence: only keys before it and the causal band
-    // are left to check.
-    __device__ bool sees(int h, int key) const {
-        return key >= 0 && (!kCausal || (key <= diagonal[h] && key > diagonal[h] - window));
-    }
+    // Key tiles end at kv_end, inside the sequence: only keys before it and the shared mask
+    // rule are left to check.
+    __device__ bool sees(int h, int key) const { return MaskRow{diagonal[h], key >= 0}.template sees<kCausal>(key, window); }
 };
 
 template <class Config>
