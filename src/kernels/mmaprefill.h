@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/common/schedule.h"
+#include "kernels/common/scoring.h"
 #include "kernels/config.h"
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
@@ -36,10 +37,11 @@ inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) 
 }
 
 // What this family needs beyond the kernel's tuple: a positive scale (the softmax takes row
-// maxima before scaling) and a tile count the 1-D grid holds.
+// maxima before scaling), a tile count the 1-D grid holds, and none of the run-time options
+// (softcapping, ALiBi, paged KV), which its main loop does not apply yet.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    return params_match<Config>(p) && p.scale > 0.f && tiling.tiles <= INT32_MAX;
+    return params_match<Config>(p) && p.scale > 0.f && tiling.tiles <= INT32_MAX && !has_run_time_options(p);
 }
 
 template <class Config>

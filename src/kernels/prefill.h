@@ -13,11 +13,14 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/common/mask.h"
 #include "kernels/common/online_softmax.h"
+#include "kernels/common/paged_kv.h"
 #include "kernels/common/rows.h"
 #include "kernels/common/schedule.h"
+#include "kernels/common/scoring.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/group.h"
@@ -47,16 +50,16 @@ struct Traits {
     static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
 };
 
-// Copies rows [first, first + kRows) of a [rows, head_dim] slice into shared memory,
-// zero-filling rows at or past `end` so that no stale or poisoned value reaches the maths.
-template <class T, int kRows>
-__device__ inline void stage_rows(uint16_t* tile, const uint16_t* rows, int64_t row_stride, int first, int end) {
+// Copies rows [first, first + kRows) into shared memory, zero-filling rows at or past `end` so
+// that no stale or poisoned value reaches the maths. row_at(i): element 0 of row i.
+template <class T, int kRows, class RowAt>
+__device__ inline void stage_rows(uint16_t* tile, RowAt row_at, int first, int end) {
     constexpr int kChunksPerRow = T::kHeadDim / T::kVec;
     for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += T::kThreads) {
         const int r = chunk / kChunksPerRow;
         const int col = (chunk % kChunksPerRow) * T::kVec;
         uint4 value = make_uint4(0, 0, 0, 0);
-        if (first + r < end) value = *reinterpret_cast<const uint4*>(rows + (first + r) * row_stride + col);
+        if (first + r < end) value = *reinterpret_cast<const uint4*>(row_at(first + r) + col);
         *reinterpret_cast<uint4*>(tile + r * T::kSmemStride + col) = value;
     }
 }
@@ -78,6 +81,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
     const int lane = threadIdx.x % T::kGroupWidth;
     const int group_row0 = (threadIdx.x / T::kGroupWidth) * R;  // first row of this group in the tile
     const float scale_log2 = p.scale * kLog2e;
+    const bool scoring_options = p.softcap != 0.f || p.alibi_slopes != nullptr;
     const int q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
     // work_items(), from p's fields: passing the kernel argument by reference costs scratch on AMD.
     const int64_t items = int64_t(p.batch) * p.heads_q * q_tiles;
@@ -93,8 +97,9 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
         if (q0 >= len_q) continue;  // uniform over the block
         const int head_kv = kv_head_of<Config::heads>(head, p.heads_q, p.heads_kv);
         const auto* q = static_cast<const uint16_t*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head;
-        const auto* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
-        const auto* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
+        // K and V rows: a stride apart, or through the block table of a paged cache.
+        const auto k = KvRows<true>::of(p.k, p.k_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
+        const auto v = KvRows<true>::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
         auto* o = static_cast<uint16_t*>(p.o) + batch * p.o_strides.batch + head * p.o_strides.head;
 
         // Keys any row of this tile sees.
@@ -103,7 +108,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
         mask.key_range(q0, q0 + T::kBlockRows - 1, kv_begin, kv_end);
 
         __syncthreads();  // the previous item is done with q_tile
-        stage_rows<T, T::kBlockRows>(q_tile, q, p.q_strides.row, q0, len_q);
+        stage_rows<T, T::kBlockRows>(q_tile, [&](int i) { return q + i * p.q_strides.row; }, q0, len_q);
 
         float row_max[R], row_sum[R], acc[R][T::kColsPerLane];
 #pragma unroll
@@ -116,7 +121,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
 
         for (int k0 = kv_begin; k0 < kv_end; k0 += T::kBlockKeys) {
             __syncthreads();  // everyone is done with the previous V tile
-            stage_rows<T, T::kBlockKeys>(kv_tile, k, p.k_strides.row, k0, kv_end);
+            stage_rows<T, T::kBlockKeys>(kv_tile, [&](int j) { return k.row(j, p.k_strides); }, k0, kv_end);
             __syncthreads();
 
             // Scores of this group's rows against keys lane, lane + width, ... of the tile.
@@ -140,19 +145,28 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
                 }
             }
 
-            // Masked keys get -inf; scores move to the log2 domain.
+            // Masked keys get -inf; scores move to the log2 domain, through the scoring options
+            // where the launch has any (a branch per tile, uniform over the launch).
+            auto to_log2 = [&](auto options) {
+                constexpr bool with_options = decltype(options)::value;
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const MaskRow row = mask.row(q0 + group_row0 + r);
+                for (int r = 0; r < R; ++r) {
+                    const MaskRow row = mask.row(q0 + group_row0 + r);
+                    RowScoring scoring;
+                    if constexpr (with_options) scoring = RowScoring::of(p.scale, p.softcap, p.alibi_slopes, head, row);
 #pragma unroll
-                for (int t = 0; t < T::kKeysPerLane; ++t) {
-                    const int key = k0 + t * T::kGroupWidth + lane;
-                    score[r][t] = key < kv_end && row.sees<kCausal>(key, p.window) ? score[r][t] * scale_log2 : -INFINITY;
+                    for (int t = 0; t < T::kKeysPerLane; ++t) {
+                        const int key = k0 + t * T::kGroupWidth + lane;
+                        const float s = with_options ? scoring.log2_score(score[r][t], key) : score[r][t] * scale_log2;
+                        score[r][t] = key < kv_end && row.sees<kCausal>(key, p.window) ? s : -INFINITY;
+                    }
                 }
-            }
+            };
+            if (scoring_options) to_log2(std::true_type{});
+            else to_log2(std::false_type{});
 
             __syncthreads();  // everyone is done with the K tile
-            stage_rows<T, T::kBlockKeys>(kv_tile, v, p.v_strides.row, k0, kv_end);
+            stage_rows<T, T::kBlockKeys>(kv_tile, [&](int j) { return v.row(j, p.v_strides); }, k0, kv_end);
             __syncthreads();
 
             // Online softmax: rescale what was accumulated to the new running maximum.
