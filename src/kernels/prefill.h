@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "kernels/common/mask.h"
 #include "kernels/common/online_softmax.h"
@@ -64,7 +63,10 @@ __device__ inline void stage_rows(uint16_t* tile, RowAt row_at, int first, int e
     }
 }
 
-template <class Config, int GroupWidth>
+// kOptions: the kernel takes FwdParams' run-time options (softcapping, ALiBi, paged KV); launches
+// without any run the kernel compiled without them, whose code does not change with them (on
+// AMD their registers would cost the d256 kernels an occupancy step).
+template <class Config, int GroupWidth, bool kOptions>
 __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_kernel(const FwdParams p) {
     using T = Traits<Config, GroupWidth>;
     using Numeric = DTypeTraits<Config::dtype>;
@@ -81,7 +83,6 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
     const int lane = threadIdx.x % T::kGroupWidth;
     const int group_row0 = (threadIdx.x / T::kGroupWidth) * R;  // first row of this group in the tile
     const float scale_log2 = p.scale * kLog2e;
-    const bool scoring_options = p.softcap != 0.f || p.alibi_slopes != nullptr;
     const int q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
     // work_items(), from p's fields: passing the kernel argument by reference costs scratch on AMD.
     const int64_t items = int64_t(p.batch) * p.heads_q * q_tiles;
@@ -98,8 +99,8 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
         const int head_kv = kv_head_of<Config::heads>(head, p.heads_q, p.heads_kv);
         const auto* q = static_cast<const uint16_t*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head;
         // K and V rows: a stride apart, or through the block table of a paged cache.
-        const auto k = KvRows<true>::of(p.k, p.k_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
-        const auto v = KvRows<true>::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
+        const auto k = KvRows<kOptions>::of(p.k, p.k_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
+        const auto v = KvRows<kOptions>::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
         auto* o = static_cast<uint16_t*>(p.o) + batch * p.o_strides.batch + head * p.o_strides.head;
 
         // Keys any row of this tile sees.
@@ -145,25 +146,19 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
                 }
             }
 
-            // Masked keys get -inf; scores move to the log2 domain, through the scoring options
-            // where the launch has any (a branch per tile, uniform over the launch).
-            auto to_log2 = [&](auto options) {
-                constexpr bool with_options = decltype(options)::value;
+            // Masked keys get -inf; scores move to the log2 domain (through the scoring options).
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const MaskRow row = mask.row(q0 + group_row0 + r);
-                    RowScoring scoring;
-                    if constexpr (with_options) scoring = RowScoring::of(p.scale, p.softcap, p.alibi_slopes, head, row);
+            for (int r = 0; r < R; ++r) {
+                const MaskRow row = mask.row(q0 + group_row0 + r);
+                RowScoring scoring;
+                if constexpr (kOptions) scoring = RowScoring::of(p.scale, p.softcap, p.alibi_slopes, head, row);
 #pragma unroll
-                    for (int t = 0; t < T::kKeysPerLane; ++t) {
-                        const int key = k0 + t * T::kGroupWidth + lane;
-                        const float s = with_options ? scoring.log2_score(score[r][t], key) : score[r][t] * scale_log2;
-                        score[r][t] = key < kv_end && row.sees<kCausal>(key, p.window) ? s : -INFINITY;
-                    }
+                for (int t = 0; t < T::kKeysPerLane; ++t) {
+                    const int key = k0 + t * T::kGroupWidth + lane;
+                    const float s = kOptions ? scoring.log2_score(score[r][t], key) : score[r][t] * scale_log2;
+                    score[r][t] = key < kv_end && row.sees<kCausal>(key, p.window) ? s : -INFINITY;
                 }
-            };
-            if (scoring_options) to_log2(std::true_type{});
-            else to_log2(std::false_type{});
+            }
 
             __syncthreads();  // everyone is done with the K tile
             stage_rows<T, T::kBlockKeys>(kv_tile, [&](int j) { return v.row(j, p.v_strides); }, k0, kv_end);
@@ -243,7 +238,8 @@ template <class Config, int GroupWidth = wave_size(Config::arch)>
 hipError_t launch(const FwdParams& p, hipStream_t stream) {
     using T = Traits<Config, GroupWidth>;
     if (!params_match<Config>(p)) return hipErrorInvalidValue;
-    fwd_kernel<Config, GroupWidth><<<launch_blocks<T>(p), T::kThreads, 0, stream>>>(p);
+    if (has_run_time_options(p)) fwd_kernel<Config, GroupWidth, true><<<launch_blocks<T>(p), T::kThreads, 0, stream>>>(p);
+    else fwd_kernel<Config, GroupWidth, false><<<launch_blocks<T>(p), T::kThreads, 0, stream>>>(p);
     return hipGetLastError();
 }
 
@@ -255,7 +251,7 @@ std::string describe(const FwdParams& p) {
     return std::to_string(items) + " work items of " + std::to_string(T::kBlockRows) +
            " query rows of one (batch, head) on " + std::to_string(launch_blocks<T>(p)) + " blocks of " +
            std::to_string(T::kThreads) + " threads; keys in tiles of " + std::to_string(T::kBlockKeys) +
-           " through shared memory";
+           " through shared memory" + (has_run_time_options(p) ? "; the kernel with run-time options" : "");
 }
 
 // The prefill family needs no workspace.

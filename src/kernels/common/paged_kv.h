@@ -24,7 +24,7 @@ struct KvRows {
                                 int page_size, int64_t batch, int head) {
         const auto* elements = static_cast<const uint16_t*>(tensor);
         if (kMayBePaged && block_table)
-            return {elements + int64_t(head) * s.head, block_table + batch * max_pages, __ffs(page_size) - 1};
+            return {elements + int64_t(head) * s.head, block_table + batch * max_pages, int(__ffs(page_size)) - 1};
         return {elements + batch * s.batch + int64_t(head) * s.head, nullptr, 0};
     }
 
