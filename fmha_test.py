@@ -138,6 +138,13 @@ def test_gpu(gtest_results, case):
     (["-d", "96", "-bf16"], "nearest kernels"),
     (["-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_gfx1100"], "not in this build's catalogue"),
     (["-kernel", "fmha_fwd_fp16_d64"], "-kernel fmha_fwd_fp16_d64 is not in this build's catalogue (see -list)"),
+    (["-softcapping-scale-bmm1", "-1"], "expects a finite fp32 number > 0 (or 0: off), got '-1'"),
+    (["-softcapping-scale-bmm1", "inf"], "expects a finite fp32 number > 0"),
+    (["-page-size", "32"], "-page-size needs -paged-kv"),
+    (["-paged-kv", "-page-size", "48"], "page size (-page-size) must be a power of two from 16 to 256 (got 48)"),
+    (["-paged-kv", "-page-size", "0"], "-page-size must be a power of two from 16 to 256 (got 0)"),
+    (["-paged-kv", "-page-size", "512"], "(got 512)"),
+    (["-paged-kv", "-layout", "qkv-packed"], "cannot take the packed QKV layout"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
     result = fmha(*args)
@@ -176,10 +183,27 @@ def test_a_forced_kernel_that_does_not_fit_says_which_fields():
     assert "setup.py" not in result.stderr  # the kernel exists: nothing to regenerate
 
 
+def test_a_forced_tensor_core_kernel_refuses_the_serving_options():
+    names = [line.split()[0] for line in fmha("-list").stdout.splitlines() if "_mmaprefill_" in line]
+    if not names:
+        pytest.skip("no tensor-core prefill kernels in this build")
+    name = names[0]
+    dtype, head_dim, heads = name.split("_")[2], name.split("_")[3][1:], name.split("_")[4]
+    problem = ["-kernel", name, f"-{dtype}", "-d", head_dim] + (["-causal-mask"] if "_causal_" in name else [])
+    problem += {"mha": [], "mqa": ["-mqa"], "gqa": ["-gqa", "4"]}[heads]
+    for flags, why in [(["-softcapping-scale-bmm1", "30"], "has no logit softcapping yet (-softcapping-scale-bmm1)"),
+                       (["-alibi"], "has no ALiBi yet (-alibi)"),
+                       (["-paged-kv"], "reads no paged KV cache yet (-paged-kv)")]:
+        result = fmha(*problem, *flags)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"cannot run this problem: the tensor-core family {why}" in result.stderr, result.stderr
+
+
 def test_help_lists_the_flags_and_exits_0():
     result = fmha("-help")
     assert result.returncode == 0
-    for flag in ("-s-q", "-gqa", "-causal-mask", "-save-tensors", "-kernel", "bottom-right"):
+    for flag in ("-s-q", "-gqa", "-causal-mask", "-save-tensors", "-kernel", "bottom-right", "-softcapping-scale-bmm1",
+                 "-alibi", "-paged-kv", "-page-size"):
         assert flag in result.stdout
 
 
@@ -352,6 +376,46 @@ LSE_RUNS = {
                           "-causal-mask"],
 }
 
+# Softcapping, ALiBi and paged KV caches: each family that takes them, each way the decode
+# family merges key splits, page sizes 16 to 256, variable lengths.
+SERVING_RUNS = {
+    "softcap_decode_block_merge": ["-b", "64", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "4096",
+                                   "-softcapping-scale-bmm1", "30"],
+    "alibi_decode_combine_bf16": ["-b", "1", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "32768", "-bf16",
+                                  "-alibi"],
+    "alibi_softcap_decode_short_keys": ["-b", "30720", "-h", "16", "-s", "2", "-s-q", "1", "-d", "256", "-alibi",
+                                        "-softcapping-scale-bmm1", "5"],
+    "alibi_prefill_causal_gqa": ["-b", "2", "-h", "8", "-gqa", "2", "-s", "513", "-d", "128", "-causal-mask", "-alibi"],
+    "softcap_alibi_prefill_window_bf16": ["-b", "2", "-h", "4", "-s", "700", "-d", "64", "-sliding-window-size", "100",
+                                          "-bf16", "-softcapping-scale-bmm1", "20", "-alibi"],
+    "paged16_decode": ["-b", "64", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "4096", "-paged-kv",
+                       "-page-size", "16"],
+    "paged64_decode_long": ["-b", "2", "-h", "32", "-gqa", "8", "-d", "128", "-s-q", "1", "-s", "32768", "-paged-kv",
+                            "-page-size", "64"],
+    "paged256_decode_d256_causal": ["-b", "5", "-h", "8", "-gqa", "2", "-s", "3000", "-s-q", "2", "-min-s", "1", "-d",
+                                    "256", "-causal-mask", "-paged-kv", "-page-size", "256"],
+    "paged16_short_keys": ["-b", "4096", "-h", "8", "-s", "2", "-s-q", "1", "-d", "128", "-paged-kv", "-page-size", "16"],
+    "paged_prefill_bshd": ["-b", "2", "-h", "4", "-s", "700", "-d", "256", "-layout", "bshd", "-paged-kv", "-page-size",
+                           "128"],
+    "everything_varlen": ["-b", "7", "-h", "8", "-gqa", "2", "-s", "300", "-min-s", "1", "-d", "64", "-causal-mask",
+                          "-paged-kv", "-page-size", "32", "-alibi", "-softcapping-scale-bmm1", "10"],
+}
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(SERVING_RUNS))
+def test_fmha_exe_checks_the_serving_options(name):
+    result = fmha(*SERVING_RUNS[name], "-lse", "-v", "1", "-runs", "3", "-warm-up-runs", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Checks........: SUCCESS" in result.stdout
+    assert "Checks LSE....: SUCCESS" in result.stdout
+    kernel = re.search(r"^Kernel\.+: (\S+) \((.*)\)$", result.stdout, re.M)
+    assert kernel and "_mmaprefill_" not in kernel.group(1), result.stdout
+    if "_decode_" in kernel.group(1):
+        assert re.search(r"^Launch\.+: .* variant with run-time options", result.stdout, re.M), result.stdout
+    elif any("_mmaprefill_" in line for line in fmha("-list").stdout.splitlines()):  # passed over, and why
+        assert "; not mmaprefill: the tensor-core family " in kernel.group(2), result.stdout
+
 
 @needs_gpu
 @pytest.mark.parametrize("name", list(GPU_RUNS))
@@ -422,4 +486,43 @@ def test_saved_tensors_check_independently_with_numpy(tmp_path, dtype):
     assert np.abs(o - expected).max() < tolerance
     lse = np.load(tmp_path / "lse.npy")  # natural log, as FlashAttention returns it
     assert lse.shape == (2, 4, 5) and lse.dtype == np.float32
+    assert np.abs(lse - (row_max[..., 0] + np.log(p.sum(-1)))).max() < 1e-4
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["-fp16", "-bf16"])
+def test_saved_pages_and_options_check_independently_with_numpy(tmp_path, dtype):
+    """Softcapping, ALiBi and a paged cache: NumPy follows the saved block table through the
+    saved pages and applies the options as FlashAttention states them."""
+    np = pytest.importorskip("numpy")
+    result = fmha("-b", "3", "-h", "4", "-gqa", "2", "-s", "37", "-s-q", "5", "-d", "64", "-causal-mask", dtype, "-lse",
+                  "-alibi", "-softcapping-scale-bmm1", "3", "-paged-kv", "-page-size", "16", "-save-tensors", tmp_path,
+                  "-runs", "1")
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["page_size"] == 16 and meta["alibi"] and meta["softcap"] == 3
+    q, o = (np.load(tmp_path / f"{n}.npy").astype(np.float64) for n in "qo")
+    k_pages, v_pages = (np.load(tmp_path / f"{n}_pages.npy").astype(np.float64) for n in "kv")
+    table = np.load(tmp_path / "block_table.npy")
+    assert table.shape == (3, 3) and table.dtype == np.int32 and k_pages.shape[1:] == (16, 2, 64)
+    assert len(set(table.flatten())) == table.size  # distinct pages ...
+    assert (np.diff(table.flatten()) != 1).any()    # ... not in order
+    j = np.arange(37)
+    k = k_pages[table[:, j // 16], j % 16].transpose(0, 2, 1, 3)  # [b, h_kv, s_kv, d]
+    v = v_pages[table[:, j // 16], j % 16].transpose(0, 2, 1, 3)
+    assert np.array_equal(k, np.load(tmp_path / "k.npy").astype(np.float64))
+    k, v = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
+    slopes = np.load(tmp_path / "alibi_slopes.npy").astype(np.float64)
+    assert np.allclose(slopes, 2.0 ** (-8.0 * np.arange(1, 5) / 4))  # the standard slopes of 4 heads
+    scores = np.einsum("bhid,bhjd->bhij", q, k) * meta["scale"]
+    scores = 3 * np.tanh(scores / 3)
+    i, jj = np.arange(5)[:, None], np.arange(37)[None, :]
+    scores = scores - slopes[None, :, None, None] * np.abs(i + 37 - 5 - jj)
+    scores = np.where(jj <= i + 37 - 5, scores, -np.inf)
+    row_max = scores.max(-1, keepdims=True)
+    p = np.exp(scores - row_max)
+    expected = np.einsum("bhij,bhjd->bhid", p / p.sum(-1, keepdims=True), v)
+    tolerance = 2e-3 if dtype == "-fp16" else 1e-2
+    assert np.abs(o - expected).max() < tolerance
+    lse = np.load(tmp_path / "lse.npy")
     assert np.abs(lse - (row_max[..., 0] + np.log(p.sum(-1)))).max() < 1e-4

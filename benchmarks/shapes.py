@@ -23,6 +23,7 @@ class Case:
     dtype: str = "fp16"
     causal: bool = False
     prefill: bool = False  # compute-bound: reported in TFLOP/s against the SDPA backends
+    extra: tuple = ()      # more fmha.exe flags (serving options); the peers run the plain problem
 
     def fmha_args(self):
         """The fmha.exe flags of the shape."""
@@ -34,7 +35,7 @@ class Case:
             args += ["-gqa", self.heads_kv]
         if self.causal:
             args += ["-causal-mask"]
-        return [str(a) for a in args]
+        return [str(a) for a in args + list(self.extra)]
 
     def flops(self):
         """Of the visible query-key pairs only (bottom-right causal)."""
@@ -66,6 +67,17 @@ DECODE = HEADLINE + [
     Case("long32k", 64, 32, 8, 1, 32768, 128),
     Case("long4k_b1", 1, 32, 8, 1, 4096, 128),           # one sequence: 8 KV heads must fill the GPU
     Case("long32k_b1", 1, 32, 8, 1, 32768, 128),         # splits combined through the workspace
+    # Serving options against the plain long4k / long32k rows (paged KV within 5% of contiguous).
+    Case("long4k_paged16", 64, 32, 8, 1, 4096, 128, extra=("-paged-kv", "-page-size", "16")),
+    Case("long4k_paged64", 64, 32, 8, 1, 4096, 128, extra=("-paged-kv", "-page-size", "64")),
+    Case("long32k_paged16", 64, 32, 8, 1, 32768, 128, extra=("-paged-kv", "-page-size", "16")),
+    Case("long32k_paged64", 64, 32, 8, 1, 32768, 128, extra=("-paged-kv", "-page-size", "64")),
+    Case("long4k_softcap_alibi", 64, 32, 8, 1, 4096, 128, extra=("-softcapping-scale-bmm1", "30", "-alibi")),
+    # Short key ranges just past the short-keys variant's 2 keys (at 90% of the copy bandwidth).
+    Case("gqa_s4", 30720, 32, 8, 1, 4, 128),
+    Case("gqa_s8", 30720, 32, 8, 1, 8, 128),
+    Case("gqa_s16", 30720, 32, 8, 1, 16, 128),
+    Case("mha_d256_s8", 30720, 16, 16, 1, 8, 256),
 ]
 
 

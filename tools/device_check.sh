@@ -49,6 +49,14 @@ for tc in "-b 2 -h 8 -gqa 2 -s 300 -s-q 77 -d 64 -causal-mask" "-b 2 -h 4 -s 100
           "-b 40 -h 8 -s 512 -d 128 -causal-mask"; do
     for tool in memcheck racecheck synccheck; do sanitize $tool --error-exitcode 9 bin/fmha.exe $tc $TC; done
 done
+# the run-time options (softcapping, ALiBi, a paged cache of 16-key pages): the tensor-core
+# decode variant with split keys, the short-keys variant, the CUDA-core prefill family
+OPTIONS="-runs 1 -warm-up-runs 0 -lse -alibi -softcapping-scale-bmm1 5 -paged-kv -page-size 16"
+for run in "-b 2 -h 8 -gqa 2 -s 5000 -s-q 1 -d 128" "-b 300 -h 8 -s 2 -s-q 1 -d 256" \
+           "-b 2 -h 4 -s 300 -s-q 77 -d 64 -causal-mask"; do
+    sanitize memcheck --error-exitcode 9 bin/fmha.exe $run $OPTIONS
+done
+sanitize racecheck --error-exitcode 9 bin/fmha.exe -b 2 -h 8 -gqa 2 -s 5000 -s-q 1 -d 128 $OPTIONS
 step regen96 sh -c "python3 setup.py --head-dims 96 && make JOBS=16 && bin/fmha.exe -d 96 -b 4 -h 8 -s 257 -causal-mask && bin/fmha.exe -d 96 -b 30720 -h 16 -s 2 -s-q 1 -gqa 4"
 python3 setup.py > /dev/null  # back to the default catalogue
 grep -E "passed|failed" "$OUT/test.log" | tail -1 | sed 's/^/pytest: /' >> "$OUT/summary.txt"

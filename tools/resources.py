@@ -33,12 +33,15 @@ def parse(text):
 
 def kernel_label(function):
     """A short name for one instantiation: the kernel and, for the decode family, its variant
-    (group width, rows per pass, short keys), read from the mangled template arguments."""
+    (group width, rows per pass, short keys, run-time options), read from the mangled template
+    arguments."""
     kernel = re.search(r"[a-z]+_kernel", function)
     label = kernel[0] if kernel else function[:22]
     variant = re.search(r"ELi(\d+)ELi(\d+)ELb([01])E", function)
     if variant and "attend" in label:
         label = f"attend w{variant[1]} r{variant[2]}{' short' if variant[3] == '1' else ''}"
+    if "WithOptions" in function or re.search(r"fwd_kernel.*ELb1EEEv", function):
+        label += " opts"  # the variant with the run-time options (softcapping, ALiBi, paged KV)
     return label
 
 

@@ -53,6 +53,12 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
                           (key.mask == Mask::causal ? " (-causal-mask)" : " (no -causal-mask or -sliding-window-size)"));
     if (key.family == Family::mmaprefill && !mmaprefill::takes_scale(p.softmax_scale()))
         misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
+    if (key.family == Family::mmaprefill) {
+        // Its wgmma main loop has none of the serving options yet; the CUDA-core prefill family has.
+        if (p.softcap != 0.f) misfits.push_back("the tensor-core family has no logit softcapping yet (-softcapping-scale-bmm1)");
+        if (p.alibi) misfits.push_back("the tensor-core family has no ALiBi yet (-alibi)");
+        if (p.paged()) misfits.push_back("the tensor-core family reads no paged KV cache yet (-paged-kv)");
+    }
     if (!heads_fit(key.heads, p))
         misfits.push_back(std::string("its heads kind is ") + token(key.heads) + ", the problem's " + token(p.heads_kind()) +
                           " (h=" + std::to_string(p.heads_q) + ", h_kv=" + std::to_string(p.heads_kv) + ")" +

@@ -44,6 +44,22 @@ struct FwdParams {
     // [batch, heads_q, seqlen_q]; -inf for a row that sees no key.
     float* lse;
 
+    // Scoring options (FMHA_v2's -softcapping-scale-bmm1 and -alibi); 0 / nullptr: off. A score
+    // is, in this order (as FlashAttention 2.6+ applies them):
+    //   s = scale * q.k;  s = softcap * tanh(s / softcap);  s -= alibi_slopes[h] * |diagonal - j|
+    // where diagonal = i + len_kv - len_q (the causal diagonal of query i, bottom-right aligned):
+    // FlashAttention's ALiBi, which for causal rows equals slope * (j - diagonal).
+    float softcap;
+    const float* alibi_slopes;  // fp32 [heads_q]
+
+    // Paged KV cache (FMHA_v2's -paged-kv); nullptr: K and V are laid out by their strides.
+    // Key j of sequence b is row j % page_size of page block_table[b * max_pages_per_seq +
+    // j / page_size]; K and V are then [pages, page_size, heads_kv, head_dim] and their strides'
+    // `batch` field is the stride between pages. page_size: a power of two.
+    const int* block_table;  // int32 [batch, max_pages_per_seq]
+    int max_pages_per_seq;
+    int page_size;
+
     // Device scratch for kernels that split the key range across blocks: at least as many
     // bytes as the kernel's workspace function asks for (KernelEntry::workspace); unused
     // (and may be null) when it asks for none.

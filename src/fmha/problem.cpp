@@ -63,6 +63,12 @@ std::vector<std::string> Problem::validate() const {
     if (window < 0) errors.push_back("sliding window size must be positive (got " + std::to_string(window) + ")");
     if (window > 0 && !causal) errors.push_back("a sliding window needs the causal mask");
     if (!std::isfinite(scale)) errors.push_back("softmax scale (-scale-bmm1) must be finite");
+    if (!std::isfinite(softcap) || softcap < 0.f)
+        errors.push_back("softcap (-softcapping-scale-bmm1) must be a finite number >= 0 (0: off)");
+    if (paged() && (page_size < 16 || page_size > 256 || (page_size & (page_size - 1)) != 0))
+        errors.push_back("page size (-page-size) must be a power of two from 16 to 256 (got " + std::to_string(page_size) + ")");
+    if (paged() && layout == Layout::qkv_packed)
+        errors.push_back("a paged KV cache keeps K and V in pages: it cannot take the packed QKV layout");
     if (layout == Layout::qkv_packed && (seqlen_q != seqlen_kv || heads_q != heads_kv))
         errors.push_back("the packed QKV layout needs seqlen_q == seqlen_kv and heads == KV heads");
 
@@ -80,12 +86,32 @@ std::string Problem::describe() const {
       << (causal ? "causal (bottom-right)" : "no mask");
     if (window > 0) s << " window=" << window;
     s << " scale=" << softmax_scale() << " layout=" << layout_token(layout);
+    if (softcap != 0.f) s << " softcap=" << softcap;
+    if (alibi) s << " alibi";
+    if (paged()) s << " paged-kv (pages of " << page_size << " keys)";
     return s.str();
+}
+
+std::vector<float> alibi_slopes(int heads) {
+    int n = 1;  // the largest power of two <= heads
+    while (2 * n <= heads) n *= 2;
+    std::vector<float> slopes;
+    for (int h = 1; h <= n; ++h) slopes.push_back(static_cast<float>(std::exp2(-8.0 * h / n)));
+    for (int h = 1; static_cast<int>(slopes.size()) < heads; h += 2)
+        slopes.push_back(static_cast<float>(std::exp2(-8.0 * h / (2 * n))));
+    return slopes;
+}
+
+PagedKvShape paged_kv_shape(const Problem& p) {
+    if (!p.paged()) return {0, 0};
+    const int per_sequence = (p.seqlen_kv + p.page_size - 1) / p.page_size;
+    return {per_sequence, int64_t(p.batch) * per_sequence + 1};
 }
 
 BufferSizes buffer_sizes(const Problem& p) {
     const int64_t q = int64_t(p.batch) * p.heads_q * p.seqlen_q * p.head_dim;
-    const int64_t kv = int64_t(p.batch) * p.heads_kv * p.seqlen_kv * p.head_dim;
+    const int64_t kv = p.paged() ? paged_kv_shape(p).pages * p.page_size * p.heads_kv * p.head_dim
+                                 : int64_t(p.batch) * p.heads_kv * p.seqlen_kv * p.head_dim;
     if (p.layout == Layout::qkv_packed) return {3 * q, 0, 0, q};
     return {q, kv, kv, q};
 }
@@ -111,6 +137,7 @@ LayoutStrides layout_strides(const Problem& p) {
             s.o = {p.seqlen_q * p.heads_q * d, d, p.heads_q * d};
             break;
     }
+    if (p.paged()) s.k = s.v = {p.page_size * p.heads_kv * d, d, p.heads_kv * d};  // [pages, page_size, h_kv, d]
     return s;
 }
 
@@ -129,6 +156,9 @@ FwdParams shape_params(const Problem& p) {
     params.head_dim = p.head_dim;
     params.scale = p.softmax_scale();
     params.window = p.effective_window();
+    params.softcap = p.softcap;
+    params.page_size = p.page_size;
+    params.max_pages_per_seq = paged_kv_shape(p).max_pages_per_seq;
     return params;
 }
 

@@ -31,8 +31,15 @@ struct Problem {
     int window = 0;       // causal sliding window in keys; 0 = none
     float scale = 0.f;    // 0 = 1/sqrt(head_dim)
     Layout layout = Layout::bhsd;
+    // Serving options (FwdParams states their rule): logit softcapping with this cap (0 = off),
+    // ALiBi with alibi_slopes(heads_q), and a paged KV cache with pages of page_size keys
+    // (0 = contiguous K/V; paged K/V ignore `layout`, which then places Q and O only).
+    float softcap = 0.f;
+    bool alibi = false;
+    int page_size = 0;
 
     HeadsKind heads_kind() const;
+    bool paged() const { return page_size > 0; }
     Mask mask() const { return causal ? Mask::causal : Mask::nomask; }
     float softmax_scale() const;
     int effective_window() const;  // the window FwdParams carries (>= seqlen_kv when none)
@@ -55,8 +62,23 @@ struct LayoutStrides {
 };
 LayoutStrides layout_strides(const Problem& p);
 
-// The kernel parameters of a problem: sizes, strides, scale and window; every pointer null.
+// The kernel parameters of a problem: sizes, strides, scale, window, softcap and page size;
+// every pointer null (the ALiBi slopes and the block table too).
 FwdParams shape_params(const Problem& p);
+
+// ALiBi's standard slopes for `heads` heads, the geometric sequence of the ALiBi paper (and
+// BLOOM's): 2^(-8 h / n) for h = 1..n with n = heads a power of two; otherwise those of the
+// largest power of two below, then every other slope of twice that many.
+std::vector<float> alibi_slopes(int heads);
+
+// A paged problem's cache: the block table's width and the pages of the pool, one more than the
+// sequences need: a spare page that no sequence's keys use (the tests fill it with NaN and
+// point the table's unused slots at it).
+struct PagedKvShape {
+    int max_pages_per_seq;
+    int64_t pages;
+};
+PagedKvShape paged_kv_shape(const Problem& p);
 
 // Per-batch sequence lengths (-min-s); empty vectors mean every sequence is full length.
 struct SeqLens {

@@ -17,6 +17,8 @@
 //   rows. Each lane issues the loads of kKeysPerSlice keys of K and V before using any. Every
 //   team keeps its own fp32 online softmax state; the slices are merged at the end.
 // - long keys on tensor cores (archs with mma.sync): see MmaTraits (decode/tensor_core.h).
+// Launches with run-time options (softcapping, ALiBi, paged KV) take a short- and a long-keys
+// variant compiled with them (WithOptions); the others run code that has none of them.
 //
 // Long key ranges with few work items are split across groups (decode/plan.h), the splits
 // of an item interleaved step by step. Each split yields an fp32 partial output and
@@ -32,6 +34,7 @@
 #include <string>
 
 #include "kernels/common/schedule.h"
+#include "kernels/common/scoring.h"
 #include "kernels/common/split.h"
 #include "kernels/config.h"
 #include "kernels/decode/cuda_core.h"
@@ -96,6 +99,13 @@ inline constexpr bool kUsesWarpMma = has_mma_sync(Config::arch) && GroupWidth ==
 template <class Config, int GroupWidth, class Fn>
 auto with_variant(const FwdParams& p, Fn&& fn) {
     const int rows = rows_per_pass(p);
+    if (has_run_time_options(p)) {
+        // One variant per key range instead of one per row count keeps the build time: more
+        // rows than a pass holds take more passes.
+        if (p.seqlen_kv <= kShortKeyRange) return fn(WithOptions<Traits<Config, GroupWidth, 4, true>>{});
+        if constexpr (kUsesWarpMma<Config, GroupWidth>) return fn(WithOptions<MmaTraits<Config, 1>>{});
+        else return fn(WithOptions<Traits<Config, GroupWidth, 4, false>>{});
+    }
     if (p.seqlen_kv <= kShortKeyRange) {
         // More rows take passes of 4, which re-read their two K/V rows from L2: cheaper than
         // the long variants, whose key steps would hold two keys (docs/decisions.md).
@@ -134,7 +144,7 @@ std::string describe(const FwdParams& p) {
         using T = decltype(traits);
         const Plan split = variant_plan<T, Config>(p);
         const std::string variant = T::kWarpMma ? "tensor-core" : T::kShortKeys ? "short-keys" : "CUDA-core long-keys";
-        std::string text = variant + " variant (" + std::to_string(T::kRows) + " query row(s) a pass), " +
+        std::string text = variant + (T::kOptions ? " variant with run-time options (" : " variant (") + std::to_string(T::kRows) + " query row(s) a pass), " +
                            std::to_string(split.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes; ";
         if (split.splits == 1) return text + "keys not split";
         text += "keys split " + std::to_string(split.splits) + " ways per (batch, KV head, pass)";

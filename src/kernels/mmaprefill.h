@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/common/schedule.h"
+#include "kernels/common/scoring.h"
 #include "kernels/config.h"
 #include "kernels/mmaprefill/limits.h"
 
@@ -42,11 +43,12 @@ PrefillTiling tiling_of(const FwdParams& p) {
                              kPersistentMaxQueryBlocks);
 }
 
-// What this family needs beyond the kernel's tuple: a scale it takes (mmaprefill/limits.h) and
-// a tile count the 1-D grid holds.
+// What this family needs beyond the kernel's tuple: a scale it takes (mmaprefill/limits.h), a
+// tile count the 1-D grid holds, and none of the run-time options (softcapping, ALiBi, paged
+// KV), which its main loop does not apply yet.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    return params_match<Config>(p) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX;
+    return params_match<Config>(p) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && !has_run_time_options(p);
 }
 
 template <class Config>

@@ -16,8 +16,10 @@
 
 #include "kernels/common/mask.h"
 #include "kernels/common/online_softmax.h"
+#include "kernels/common/paged_kv.h"
 #include "kernels/common/rows.h"
 #include "kernels/common/schedule.h"
+#include "kernels/common/scoring.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/group.h"
@@ -47,21 +49,24 @@ struct Traits {
     static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
 };
 
-// Copies rows [first, first + kRows) of a [rows, head_dim] slice into shared memory,
-// zero-filling rows at or past `end` so that no stale or poisoned value reaches the maths.
-template <class T, int kRows>
-__device__ inline void stage_rows(uint16_t* tile, const uint16_t* rows, int64_t row_stride, int first, int end) {
+// Copies rows [first, first + kRows) into shared memory, zero-filling rows at or past `end` so
+// that no stale or poisoned value reaches the maths. row_at(i): element 0 of row i.
+template <class T, int kRows, class RowAt>
+__device__ inline void stage_rows(uint16_t* tile, RowAt row_at, int first, int end) {
     constexpr int kChunksPerRow = T::kHeadDim / T::kVec;
     for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += T::kThreads) {
         const int r = chunk / kChunksPerRow;
         const int col = (chunk % kChunksPerRow) * T::kVec;
         uint4 value = make_uint4(0, 0, 0, 0);
-        if (first + r < end) value = *reinterpret_cast<const uint4*>(rows + (first + r) * row_stride + col);
+        if (first + r < end) value = *reinterpret_cast<const uint4*>(row_at(first + r) + col);
         *reinterpret_cast<uint4*>(tile + r * T::kSmemStride + col) = value;
     }
 }
 
-template <class Config, int GroupWidth>
+// kOptions: the kernel takes FwdParams' run-time options (softcapping, ALiBi, paged KV); launches
+// without any run the kernel compiled without them, whose code does not change with them (on
+// AMD their registers would cost the d256 kernels an occupancy step).
+template <class Config, int GroupWidth, bool kOptions>
 __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_kernel(const FwdParams p) {
     using T = Traits<Config, GroupWidth>;
     using Numeric = DTypeTraits<Config::dtype>;
@@ -93,8 +98,9 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
         if (q0 >= len_q) continue;  // uniform over the block
         const int head_kv = kv_head_of<Config::heads>(head, p.heads_q, p.heads_kv);
         const auto* q = static_cast<const uint16_t*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head;
-        const auto* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
-        const auto* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
+        // K and V rows: a stride apart, or through the block table of a paged cache.
+        const auto k = KvRows<kOptions>::of(p.k, p.k_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
+        const auto v = KvRows<kOptions>::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
         auto* o = static_cast<uint16_t*>(p.o) + batch * p.o_strides.batch + head * p.o_strides.head;
 
         // Keys any row of this tile sees.
@@ -103,7 +109,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
         mask.key_range(q0, q0 + T::kBlockRows - 1, kv_begin, kv_end);
 
         __syncthreads();  // the previous item is done with q_tile
-        stage_rows<T, T::kBlockRows>(q_tile, q, p.q_strides.row, q0, len_q);
+        stage_rows<T, T::kBlockRows>(q_tile, [&](int i) { return q + i * p.q_strides.row; }, q0, len_q);
 
         float row_max[R], row_sum[R], acc[R][T::kColsPerLane];
 #pragma unroll
@@ -116,7 +122,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
 
         for (int k0 = kv_begin; k0 < kv_end; k0 += T::kBlockKeys) {
             __syncthreads();  // everyone is done with the previous V tile
-            stage_rows<T, T::kBlockKeys>(kv_tile, k, p.k_strides.row, k0, kv_end);
+            stage_rows<T, T::kBlockKeys>(kv_tile, [&](int j) { return k.row(j, p.k_strides); }, k0, kv_end);
             __syncthreads();
 
             // Scores of this group's rows against keys lane, lane + width, ... of the tile.
@@ -140,19 +146,22 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
                 }
             }
 
-            // Masked keys get -inf; scores move to the log2 domain.
+            // Masked keys get -inf; scores move to the log2 domain (through the scoring options).
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 const MaskRow row = mask.row(q0 + group_row0 + r);
+                RowScoring scoring;
+                if constexpr (kOptions) scoring = RowScoring::of(p.scale, p.softcap, p.alibi_slopes, head, row);
 #pragma unroll
                 for (int t = 0; t < T::kKeysPerLane; ++t) {
                     const int key = k0 + t * T::kGroupWidth + lane;
-                    score[r][t] = key < kv_end && row.sees<kCausal>(key, p.window) ? score[r][t] * scale_log2 : -INFINITY;
+                    const float s = kOptions ? scoring.log2_score(score[r][t], key) : score[r][t] * scale_log2;
+                    score[r][t] = key < kv_end && row.sees<kCausal>(key, p.window) ? s : -INFINITY;
                 }
             }
 
             __syncthreads();  // everyone is done with the K tile
-            stage_rows<T, T::kBlockKeys>(kv_tile, v, p.v_strides.row, k0, kv_end);
+            stage_rows<T, T::kBlockKeys>(kv_tile, [&](int j) { return v.row(j, p.v_strides); }, k0, kv_end);
             __syncthreads();
 
             // Online softmax: rescale what was accumulated to the new running maximum.
@@ -229,7 +238,8 @@ template <class Config, int GroupWidth = wave_size(Config::arch)>
 hipError_t launch(const FwdParams& p, hipStream_t stream) {
     using T = Traits<Config, GroupWidth>;
     if (!params_match<Config>(p)) return hipErrorInvalidValue;
-    fwd_kernel<Config, GroupWidth><<<launch_blocks<T>(p), T::kThreads, 0, stream>>>(p);
+    if (has_run_time_options(p)) fwd_kernel<Config, GroupWidth, true><<<launch_blocks<T>(p), T::kThreads, 0, stream>>>(p);
+    else fwd_kernel<Config, GroupWidth, false><<<launch_blocks<T>(p), T::kThreads, 0, stream>>>(p);
     return hipGetLastError();
 }
 
@@ -241,7 +251,7 @@ std::string describe(const FwdParams& p) {
     return std::to_string(items) + " work items of " + std::to_string(T::kBlockRows) +
            " query rows of one (batch, head) on " + std::to_string(launch_blocks<T>(p)) + " blocks of " +
            std::to_string(T::kThreads) + " threads; keys in tiles of " + std::to_string(T::kBlockKeys) +
-           " through shared memory";
+           " through shared memory" + (has_run_time_options(p) ? "; the kernel with run-time options" : "");
 }
 
 // The prefill family needs no workspace.

@@ -41,7 +41,8 @@ __device__ inline float load(const void* base, int64_t index) {
 __device__ inline int length_of(const int* lengths, int64_t batch, int fixed) { return lengths ? lengths[batch] : fixed; }
 
 // One thread per query row: pass 1 finds the row maximum, pass 2 accumulates exp-weighted V
-// in column chunks (recomputing the scores per chunk keeps per-thread state small).
+// in column chunks (recomputing the scores per chunk keeps per-thread state small). Scores
+// follow FwdParams' rule: softcapping, then ALiBi, then the mask.
 constexpr int kChunk = 64;
 
 template <DType kDType>
@@ -66,11 +67,20 @@ __global__ void reference_kernel(const FwdParams p, bool causal, float* out, flo
         }
         const int hk = h / (p.heads_q / p.heads_kv);
         const int64_t q_row = b * p.q_strides.batch + h * p.q_strides.head + i * p.q_strides.row;
+        // Element offset of key j's row in K or V: by the strides, or through the block table.
+        auto kv_row = [&](const TensorStrides& s, int j) {
+            if (!p.block_table) return b * s.batch + hk * s.head + j * s.row;
+            const int page = p.block_table[b * p.max_pages_per_seq + j / p.page_size];
+            return int64_t(page) * s.batch + hk * s.head + int64_t(j % p.page_size) * s.row;
+        };
         auto score = [&](int j) {
-            const int64_t k_row = b * p.k_strides.batch + hk * p.k_strides.head + j * p.k_strides.row;
+            const int64_t k_row = kv_row(p.k_strides, j);
             float dot = 0.f;
             for (int c = 0; c < p.head_dim; ++c) dot += load<kDType>(p.q, q_row + c) * load<kDType>(p.k, k_row + c);
-            return dot * p.scale;
+            float s = dot * p.scale;
+            if (p.softcap != 0.f) s = p.softcap * tanhf(s / p.softcap);
+            if (p.alibi_slopes) s -= p.alibi_slopes[h] * fabsf(float(i + len_kv - len_q - j));
+            return s;
         };
         float row_max = -INFINITY;
         for (int j = first; j <= last; ++j) row_max = fmaxf(row_max, score(j));
@@ -80,7 +90,7 @@ __global__ void reference_kernel(const FwdParams p, bool causal, float* out, flo
             for (int j = first; j <= last; ++j) {
                 const float weight = expf(score(j) - row_max);
                 sum += weight;
-                const int64_t v_row = b * p.v_strides.batch + hk * p.v_strides.head + j * p.v_strides.row;
+                const int64_t v_row = kv_row(p.v_strides, j);
                 for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) acc[c] += weight * load<kDType>(p.v, v_row + c0 + c);
             }
             for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) o[c0 + c] = acc[c] / sum;

@@ -10,6 +10,7 @@ std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const s
                                   std::vector<float>* lse) {
     const int64_t d = p.head_dim;
     const double scale = p.softmax_scale();
+    const std::vector<float> slopes = p.alibi ? alibi_slopes(p.heads_q) : std::vector<float>(p.heads_q, 0.f);
     std::vector<float> out(q.size(), 0.f);
     if (lse) lse->assign(q.size() / std::max<int64_t>(d, 1), -INFINITY);
     std::vector<double> scores(p.seqlen_kv), acc(d);
@@ -32,7 +33,10 @@ std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const s
                 for (int64_t j = first; j <= last; ++j) {
                     double dot = 0;
                     for (int64_t c = 0; c < d; ++c) dot += double(q_row[c]) * k_head[j * d + c];
-                    scores[j] = dot * scale;
+                    double score = dot * scale;
+                    if (p.softcap != 0.f) score = p.softcap * std::tanh(score / p.softcap);
+                    score -= slopes[h] * std::abs(double(i + len_kv - len_q - j));  // ALiBi's distance from the diagonal
+                    scores[j] = score;
                     row_max = std::max(row_max, scores[j]);
                 }
                 double sum = 0;

@@ -36,25 +36,28 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
     int seqlen_q = -1;    // default: seqlen_kv
     int heads_kv = -1;    // default: heads (MHA)
     bool mqa = false;
+    bool paged = false;
+    int page_size = 64;   // with -paged-kv
 
     // Flags that take an integer: where the value goes.
     const std::map<std::string, int*> int_flags = {
         {"-b", &p.batch}, {"-h", &p.heads_q}, {"-d", &p.head_dim}, {"-s", &p.seqlen_kv}, {"-s-q", &seqlen_q},
         {"-min-s", &o.min_seqlen}, {"-gqa", &heads_kv}, {"-sliding-window-size", &p.window}, {"-runs", &o.runs},
-        {"-warm-up-runs", &o.warm_up_runs}, {"-v", &o.verbose},
+        {"-warm-up-runs", &o.warm_up_runs}, {"-v", &o.verbose}, {"-page-size", &page_size},
     };
     const std::map<std::string, std::function<void()>> switches = {
         {"-fp16", [&] { p.dtype = DType::fp16; }},  {"-bf16", [&] { p.dtype = DType::bf16; }},
         {"-causal-mask", [&] { p.causal = true; }}, {"-mqa", [&] { mqa = true; }},
         {"-skip-checks", [&] { o.skip_checks = true; }}, {"-list", [&] { o.list = true; }},
-        {"-lse", [&] { o.lse = true; }},
+        {"-lse", [&] { o.lse = true; }},           {"-alibi", [&] { p.alibi = true; }},
+        {"-paged-kv", [&] { paged = true; }},
         {"-help", [&] { o.help = true; }},          {"--help", [&] { o.help = true; }},
     };
 
     std::set<std::string> given;  // a flag given twice is an error, not "the last one wins"
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& flag = args[i];
-        const bool known = switches.count(flag) || int_flags.count(flag) || flag == "-scale-bmm1" || flag == "-kernel" ||
+        const bool known = switches.count(flag) || int_flags.count(flag) || flag == "-scale-bmm1" || flag == "-softcapping-scale-bmm1" || flag == "-kernel" ||
                            flag == "-layout" || flag == "-save-tensors" || flag == "-seed";
         if (!known) {
             parsed.errors.push_back("unknown flag '" + flag + "'");
@@ -97,6 +100,13 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
                 parsed.errors.push_back("flag -scale-bmm1 expects a finite fp32 number with |X| >= " + std::string(smallest) +
                                         ", got '" + value + "' (leave it out for the default 1/sqrt(d))");
             }
+        } else if (flag == "-softcapping-scale-bmm1") {
+            char* end = nullptr;
+            p.softcap = std::strtof(value.c_str(), &end);
+            if (*end != '\0' || !std::isfinite(p.softcap) || p.softcap < 0.f ||
+                (p.softcap != 0.f && std::fpclassify(p.softcap) != FP_NORMAL))
+                parsed.errors.push_back("flag -softcapping-scale-bmm1 expects a finite fp32 number > 0 (or 0: off), got '" +
+                                        value + "'");
         } else if (flag == "-layout") {
             if (!parse_layout(value, &p.layout))
                 parsed.errors.push_back("flag -layout expects bhsd, bshd or qkv-packed, got '" + value + "'");
@@ -110,6 +120,10 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
     p.seqlen_q = seqlen_q < 0 ? p.seqlen_kv : seqlen_q;
     p.heads_kv = mqa ? 1 : heads_kv < 0 ? p.heads_q : heads_kv;
     if (mqa && heads_kv >= 0 && heads_kv != 1) parsed.errors.push_back("-mqa and -gqa " + std::to_string(heads_kv) + " disagree");
+    if (given.count("-page-size") && !paged) parsed.errors.push_back("-page-size needs -paged-kv");
+    if (paged && page_size <= 0)  // 0 would mean contiguous K/V in Problem
+        parsed.errors.push_back("-page-size must be a power of two from 16 to 256 (got " + std::to_string(page_size) + ")");
+    if (paged) p.page_size = page_size;  // Problem::validate checks the rest
     if (p.window != 0) p.causal = true;  // as in FMHA_v2, a sliding window implies the causal mask
     if (o.runs < 1) parsed.errors.push_back("-runs must be at least 1 (got " + std::to_string(o.runs) + ")");
     if (o.warm_up_runs < 0) parsed.errors.push_back("-warm-up-runs must be >= 0 (got " + std::to_string(o.warm_up_runs) + ")");
@@ -144,6 +158,15 @@ Problem (defaults in brackets):
   -scale-bmm1 X           softmax scale, a finite non-zero fp32 number [1/sqrt(d) when left out]
   -layout L               bhsd: Q [b,h,s,d], K/V [b,h_kv,s_kv,d] (default); bshd: token-major
                           [b,s,h,d]; qkv-packed: one [b,s,3,h,d] buffer (needs s-q = s, no GQA)
+  -softcapping-scale-bmm1 X  logit softcapping: scores = X * tanh(scores / X) before the softmax
+                          (scores already scaled by -scale-bmm1) [0: off]
+  -alibi                  ALiBi with the standard slopes of -h heads (2^(-8h/n), ...): after any
+                          softcapping, scores -= slope_h * |i + seqlen_kv - seqlen_q - j|, the
+                          distance of key j from query i's diagonal (as FlashAttention)
+  -paged-kv               paged KV cache: K and V in pages [pages, page_size, h_kv, d], found
+                          through a block table of int32 page indices [b, pages per sequence]
+                          (pages shuffled at random); -layout then places Q and O only
+  -page-size N            keys per page with -paged-kv, a power of two from 16 to 256 [64]
 
 Run:
   -runs N                 timed runs [100]
@@ -153,7 +176,8 @@ Run:
                           [b, h, s_q]; -inf for a row that sees no key), checked and saved too
   -kernel NAME            run this kernel instead of the heuristic's choice (see -list)
   -save-tensors DIR       write q, k, v, o, with -lse lse (and the references) as .npy plus
-                          meta.json to DIR
+                          meta.json to DIR; with -alibi the slopes, with -paged-kv the pages
+                          and the block table too (k and v gathered through it)
   -seed N                 random inputs' seed [1]
   -v N                    0: results only, 1: the chosen kernel and its launch, 2: more detail [1]
   -list                   print the catalogue and exit

@@ -1,5 +1,9 @@
 #include "tool/device_tensors.h"
 
+#include <algorithm>
+#include <numeric>
+#include <random>
+
 #include "reference/device_reference.h"
 
 namespace fmha {
@@ -17,7 +21,9 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 TensorSet::TensorSet(const Problem& p)
-    : sizes(buffer_sizes(p)), qkv(sizes.q * 2), k(sizes.k * 2), v(sizes.v * 2), o(sizes.o * 2) {
+    : problem(p), sizes(buffer_sizes(p)), qkv(sizes.q * 2), k(sizes.k * 2), v(sizes.v * 2), o(sizes.o * 2),
+      alibi_slopes(p.alibi ? sizeof(float) * p.heads_q : 0),
+      block_table(sizeof(int) * int64_t(p.batch) * paged_kv_shape(p).max_pages_per_seq) {
     const LayoutStrides s = layout_strides(p);
     const bool packed = p.layout == Layout::qkv_packed;
     params = shape_params(p);
@@ -25,6 +31,12 @@ TensorSet::TensorSet(const Problem& p)
     params.k = packed ? qkv.get<uint16_t>() + s.k_offset : k.get();
     params.v = packed ? qkv.get<uint16_t>() + s.v_offset : v.get();
     params.o = o.get();
+    if (p.alibi) {
+        const std::vector<float> slopes = fmha::alibi_slopes(p.heads_q);
+        check(hipMemcpy(alibi_slopes.get(), slopes.data(), alibi_slopes.bytes(), hipMemcpyHostToDevice), "copying the ALiBi slopes");
+        params.alibi_slopes = alibi_slopes.get<float>();
+    }
+    if (p.paged()) params.block_table = block_table.get<int>();
 }
 
 void TensorSet::fill(const Problem& p, uint64_t seed, float q_range) {
@@ -35,7 +47,25 @@ void TensorSet::fill(const Problem& p, uint64_t seed, float q_range) {
         check(fill_random(k.get(), sizes.k, p.dtype, seed, 1, 1.f), "filling K");
         check(fill_random(v.get(), sizes.v, p.dtype, seed, 2, 1.f), "filling V");
     }
+    if (p.paged()) {
+        // Every slot of the table a distinct page, in random order; the spare page NaN.
+        const PagedKvShape shape = paged_kv_shape(p);
+        std::vector<int> pages(shape.pages);
+        std::iota(pages.begin(), pages.end(), 0);
+        std::shuffle(pages.begin(), pages.end(), std::mt19937_64(seed));
+        spare_page = pages.back();
+        host_block_table.assign(pages.begin(), pages.end() - 1);
+        const size_t page_bytes = 2 * size_t(p.page_size) * p.heads_kv * p.head_dim;
+        check(hipMemset(k.get<char>() + spare_page * page_bytes, 0xff, page_bytes), "poisoning the spare K page");
+        check(hipMemset(v.get<char>() + spare_page * page_bytes, 0xff, page_bytes), "poisoning the spare V page");
+        upload_block_table();
+    }
     poison_output();
+}
+
+void TensorSet::upload_block_table() {
+    check(hipMemcpy(block_table.get(), host_block_table.data(), block_table.bytes(), hipMemcpyHostToDevice),
+          "copying the block table");
 }
 
 void TensorSet::poison_output() {
@@ -56,7 +86,7 @@ std::vector<float> TensorSet::copy_lse() const {
 }
 
 DeviceLengths::DeviceLengths(const SeqLens& lens)
-    : batch_(static_cast<int>(lens.kv.size())), buffer_(2 * sizeof(int) * lens.kv.size()) {
+    : batch_(static_cast<int>(lens.kv.size())), host_(lens), buffer_(2 * sizeof(int) * lens.kv.size()) {
     if (lens.kv.empty()) return;
     std::vector<int> both(lens.q);
     both.insert(both.end(), lens.kv.begin(), lens.kv.end());
@@ -73,6 +103,30 @@ void TensorSet::prepare_for(const KernelEntry& kernel) {
 void TensorSet::set_lengths(const DeviceLengths& lengths) {
     params.seqlens_q = lengths.q();
     params.seqlens_kv = lengths.kv();
+    if (!problem.paged() || lengths.host().kv.empty() || host_block_table.empty()) return;
+    const int width = params.max_pages_per_seq;
+    for (int b = 0; b < problem.batch; ++b) {
+        const int used = (lengths.host().kv[b] + problem.page_size - 1) / problem.page_size;
+        std::fill(host_block_table.begin() + int64_t(b) * width + used, host_block_table.begin() + int64_t(b + 1) * width,
+                  spare_page);
+    }
+    upload_block_table();
+}
+
+std::vector<uint16_t> TensorSet::logical_kv(const void* base, const TensorStrides& s) const {
+    const Problem& p = problem;
+    if (!p.paged()) return copy_logical(base, s, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim);
+    std::vector<uint16_t> pool(sizes.k), logical;
+    check(hipMemcpy(pool.data(), base, pool.size() * 2, hipMemcpyDeviceToHost), "copying pages to host");
+    logical.reserve(int64_t(p.batch) * p.heads_kv * p.seqlen_kv * p.head_dim);
+    for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t h = 0; h < p.heads_kv; ++h)
+            for (int64_t j = 0; j < p.seqlen_kv; ++j) {
+                const int64_t page = host_block_table[b * params.max_pages_per_seq + j / p.page_size];
+                const uint16_t* row = pool.data() + page * s.batch + h * s.head + (j % p.page_size) * s.row;
+                logical.insert(logical.end(), row, row + p.head_dim);
+            }
+    return logical;
 }
 
 std::vector<uint16_t> copy_logical(const void* base, const TensorStrides& s, int batch, int heads, int seq,

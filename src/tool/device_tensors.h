@@ -44,17 +44,22 @@ class DeviceLengths {
     explicit DeviceLengths(const SeqLens& lens);
     const int* q() const { return buffer_.get<int>(); }
     const int* kv() const { return q() ? q() + batch_ : nullptr; }
+    const SeqLens& host() const { return host_; }
 
   private:
     int batch_;
+    SeqLens host_;
     DeviceBuffer buffer_;  // [q lengths..., kv lengths...]
 };
 
 struct TensorSet {
     explicit TensorSet(const Problem& p);
     // Uniform random Q (in [-q_range, q_range)), K and V (in [-1, 1)); O poisoned with NaN.
+    // Paged: a random block table (pages shuffled, so that a contiguous assumption fails)
+    // and the spare page NaN.
     void fill(const Problem& p, uint64_t seed, float q_range = 1.f);
     void poison_output();  // every element of O (and of the log-sum-exps, if requested) NaN
+    // Paged: the table's slots past each sequence's pages point at the NaN spare page.
     void set_lengths(const DeviceLengths& lengths);
     // Allocates the workspace the kernel asks for with these params (call after set_lengths).
     void prepare_for(const KernelEntry& kernel);
@@ -63,11 +68,25 @@ struct TensorSet {
     // The log-sum-exps on the host, [batch, heads_q, seqlen_q] (request_lse() first).
     std::vector<float> copy_lse() const;
 
+    // K or V in logical [batch, heads_kv, seqlen_kv, head_dim] order on the host, gathered
+    // through the block table where paged.
+    std::vector<uint16_t> logical_k() const { return logical_kv(params.k, params.k_strides); }
+    std::vector<uint16_t> logical_v() const { return logical_kv(params.v, params.v_strides); }
+
+    Problem problem;
     BufferSizes sizes;
-    DeviceBuffer qkv, k, v, o;  // packed QKV: all three in qkv
+    DeviceBuffer qkv, k, v, o;  // packed QKV: all three in qkv; paged: K and V are the page pools
     std::unique_ptr<DeviceBuffer> workspace;
     std::unique_ptr<DeviceBuffer> lse;  // fp32 [batch, heads_q, seqlen_q], when requested
+    DeviceBuffer alibi_slopes;          // fp32 [heads_q], with ALiBi
+    DeviceBuffer block_table;           // int32 [batch, max_pages_per_seq], paged
+    std::vector<int> host_block_table;  // its contents
+    int spare_page = -1;                // the page no sequence's keys use (paged)
     FwdParams params;
+
+  private:
+    std::vector<uint16_t> logical_kv(const void* base, const TensorStrides& s) const;
+    void upload_block_table();
 };
 
 // The [batch, heads, seq, head_dim] tensor at `base` (device) with strides `s`, copied to the

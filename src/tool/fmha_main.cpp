@@ -121,8 +121,7 @@ void save_tensors(const Options& o, const TensorSet& set, const Reference* refer
     const Problem& p = o.problem;
     mkdir(o.save_dir.c_str(), 0755);
     std::string error;
-    auto save = [&](const char* name, std::vector<uint16_t> bits, int heads, int seq) {
-        const std::vector<int64_t> shape = {p.batch, heads, seq, p.head_dim};
+    auto save_shaped = [&](const char* name, std::vector<uint16_t> bits, const std::vector<int64_t>& shape) {
         bool ok;
         if (p.dtype == DType::fp16) {
             ok = write_npy(o.save_dir + "/" + name + ".npy", "<f2", shape, bits.data(), bits.size() * 2, &error);
@@ -133,10 +132,32 @@ void save_tensors(const Options& o, const TensorSet& set, const Reference* refer
         }
         if (!ok) throw EnvironmentError(error);
     };
+    auto save = [&](const char* name, std::vector<uint16_t> bits, int heads, int seq) {
+        save_shaped(name, std::move(bits), {p.batch, heads, seq, p.head_dim});
+    };
     const FwdParams& f = set.params;
     save("q", copy_logical(f.q, f.q_strides, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
-    save("k", copy_logical(f.k, f.k_strides, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
-    save("v", copy_logical(f.v, f.v_strides, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim), p.heads_kv, p.seqlen_kv);
+    save("k", set.logical_k(), p.heads_kv, p.seqlen_kv);
+    save("v", set.logical_v(), p.heads_kv, p.seqlen_kv);
+    if (p.paged()) {  // the pools as the kernel read them, and the table to follow
+        const int64_t pages = paged_kv_shape(p).pages;
+        const std::vector<int64_t> pool_shape = {pages, p.page_size, p.heads_kv, p.head_dim};
+        auto pool = [&](const void* base) {
+            std::vector<uint16_t> bits(set.sizes.k);
+            check(hipMemcpy(bits.data(), base, bits.size() * 2, hipMemcpyDeviceToHost), "copying pages");
+            return bits;
+        };
+        save_shaped("k_pages", pool(f.k), pool_shape);
+        save_shaped("v_pages", pool(f.v), pool_shape);
+        if (!write_npy(o.save_dir + "/block_table.npy", "<i4", {p.batch, f.max_pages_per_seq}, set.host_block_table.data(),
+                       set.host_block_table.size() * 4, &error))
+            throw EnvironmentError(error);
+    }
+    if (p.alibi) {
+        const std::vector<float> slopes = alibi_slopes(p.heads_q);
+        if (!write_npy(o.save_dir + "/alibi_slopes.npy", "<f4", {p.heads_q}, slopes.data(), slopes.size() * 4, &error))
+            throw EnvironmentError(error);
+    }
     save("o", copy_logical(f.o, f.o_strides, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
     const std::vector<int64_t> rows = {p.batch, p.heads_q, p.seqlen_q};
     const size_t row_count = size_t(p.batch) * p.heads_q * p.seqlen_q;
@@ -159,6 +180,10 @@ void save_tensors(const Options& o, const TensorSet& set, const Reference* refer
          << "  \"seqlen_q\": " << p.seqlen_q << ", \"seqlen_kv\": " << p.seqlen_kv << ", \"head_dim\": " << p.head_dim << ",\n"
          << "  \"scale\": " << p.softmax_scale() << ",\n  \"causal\": " << (p.causal ? "true" : "false")
          << ",\n  \"window\": " << p.window << ",\n"
+         << "  \"softcap\": " << p.softcap << ", \"alibi\": " << (p.alibi ? "true" : "false")
+         << ", \"page_size\": " << p.page_size << ",\n"
+         << "  \"score_rule\": \"s = scale * q.k; if softcap: s = softcap * tanh(s / softcap); if alibi: s -= alibi_slopes[h] * |i + len_kv - len_q - j|\",\n"
+         << "  \"paged\": " << (p.paged() ? "\"k_pages, v_pages [pages, page_size, heads_kv, head_dim]; key j of sequence b is row j % page_size of page block_table[b, j // page_size]; k and v are gathered through it\"" : "null") << ",\n"
          << "  \"seqlens_q\": " << (lens.q.empty() ? "null" : list(lens.q)) << ",\n"
          << "  \"seqlens_kv\": " << (lens.kv.empty() ? "null" : list(lens.kv)) << ",\n"
          << "  \"lse\": " << (set.lse ? "\"natural log, [batch, heads_q, seqlen_q]; rows past a sequence's length are not written (NaN)\"" : "null") << ",\n"
@@ -259,7 +284,7 @@ int run(const Options& o) {
     const int sets = set_bytes < 4.0 * device.l2_bytes ? int(std::min(16.0, std::ceil(4.0 * device.l2_bytes / set_bytes))) : 1;
     const double rows = double(p.batch) * p.heads_q * p.seqlen_q, lse_bytes = o.lse ? 4.0 * rows : 0;
     const double reference_bytes = o.skip_checks ? 0 : 4.0 * sizes.o + lse_bytes;
-    const double workspace_bytes = double(kernel->workspace(shape_params(p)));
+    const double workspace_bytes = double(kernel->workspace(shape_params(p)));  // for the estimate
     const double needed = sets * (set_bytes + workspace_bytes + lse_bytes) + reference_bytes + 8.0 * p.batch;
     if (needed > 0.95 * device.free_bytes) {
         fprintf(stderr, "fmha.exe: not enough device memory: the problem needs %s (%d input set(s)%s), the device has %s free\n",
@@ -272,9 +297,6 @@ int run(const Options& o) {
         printf("Problem.......: %s%s\n", p.describe().c_str(),
                lens.kv.empty() ? "" : (" seqlens_kv drawn from [" + std::to_string(o.min_seqlen) + ", s]").c_str());
         printf("Kernel........: %s (%s)\n", name.c_str(), reason.c_str());
-        if (kernel->describe) printf("Launch........: %s\n", kernel->describe(shape_params(p)).c_str());
-        if (workspace_bytes > 0)
-            printf("Workspace.....: %.1f MiB of partial results of the key splits\n", workspace_bytes / 1048576.0);
     }
 
     const DeviceLengths lengths(lens);
@@ -287,6 +309,11 @@ int run(const Options& o) {
         if (o.lse) tensors.back()->request_lse();
     }
     const FwdParams& checked = tensors[0]->params;
+    if (o.verbose >= 1) {  // from the params of the launch: the ALiBi slopes can change the plan
+        if (kernel->describe) printf("Launch........: %s\n", kernel->describe(checked).c_str());
+        if (checked.workspace_bytes > 0)
+            printf("Workspace.....: %.1f MiB of partial results of the key splits\n", checked.workspace_bytes / 1048576.0);
+    }
     check(kernel->launch(checked, nullptr), "launching " + name);
     check(hipDeviceSynchronize(), "running " + name);
 

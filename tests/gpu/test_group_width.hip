@@ -39,7 +39,18 @@ void check_width() {
             const CaseResult r = run_case(prefill, c);
             EXPECT_TRUE(r.passed) << "prefill, group width " << kWidth << ": " << r.message;
         }
+        // Softcapping, ALiBi and paged KV (the options variants and branches) at this width too.
+        GpuCase options{problem<Config>(2, 300), {}, uint64_t(kWidth) + 50, 8.f};
+        options.problem.softcap = 5.f, options.problem.alibi = true, options.problem.page_size = 16;
+        EXPECT_TRUE(run_case(prefill, options).passed) << "prefill with options, group width " << kWidth;
         KernelEntry decode{key, &decode::launch<Config, kWidth>, &decode::workspace_size<Config, kWidth>};
+        for (int s_q : {1, 3}) {
+            options.problem.seqlen_q = s_q;
+            const CaseResult r = run_case(decode, options);
+            EXPECT_TRUE(r.passed) << "decode with options, group width " << kWidth << ": " << r.message;
+        }
+        options.problem.seqlen_q = 1, options.problem.seqlen_kv = 2;  // the short-keys options variant
+        EXPECT_TRUE(run_case(decode, options).passed) << "decode with options, 2 keys, group width " << kWidth;
         decode.key.family = Family::decode;
         // Tiny, split (3000 keys for 6 rows), and multi-pass (9 rows per KV head) problems.
         for (auto [s_q, s_kv] : {std::pair{1, 5}, std::pair{1, 3000}, std::pair{3, 101}}) {

@@ -1,10 +1,12 @@
 // Every kernel of the catalogue against the reference on random problems: odd sequence
 // lengths, GQA ratios, causal with and without windows, variable lengths, every layout,
-// peaky softmax, and batch x heads beyond 65,535. Skips when there is no GPU.
+// peaky softmax, softcapping, ALiBi, paged KV caches, and batch x heads beyond 65,535.
+// Skips when there is no GPU.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "fmha/heuristics.h"
 #include "fmha/host_numeric.h"
 #include "gpu_check.h"
 #include "reference/host_reference.h"
@@ -69,6 +71,41 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
     return cases;
 }
 
+// Softcapping, ALiBi and a paged KV cache, alone and together, on odd shapes: GQA, causal with
+// windows, variable lengths, every page size. Paged pages are shuffled (a contiguous
+// assumption fails) and the table's slots past a sequence's pages point at a NaN page.
+std::vector<GpuCase> option_cases(const KernelKey& key) {
+    struct Options { float softcap; bool alibi; int page_size; };
+    const Options options[] = {{0.f, false, 16}, {0.f, false, 256}, {5.f, false, 0},  {0.f, true, 0},
+                               {2.f, true, 0},   {0.f, true, 64},   {5.f, true, 32},  {30.f, false, 128}};
+    struct Shape { int b, s_q, s_kv; };
+    std::vector<Shape> shapes = {{1, 1, 1}, {3, 1, 2}, {2, 2, 2}, {2, 7, 13}, {2, 33, 77}, {1, 129, 200}, {2, 1, 1000}, {1, 17, 300}};
+    if (key.mask == Mask::nomask) shapes.push_back({2, 50, 7});
+    std::vector<GpuCase> cases;
+    uint64_t seed = 101;
+    int next = 0;
+    auto with = [&](GpuCase c, const Options& o) {
+        c.problem.softcap = o.softcap, c.problem.alibi = o.alibi, c.problem.page_size = o.page_size;
+        c.problem.layout = seed % 2 ? Layout::bshd : Layout::bhsd;
+        c.q_range = o.softcap > 0.f ? 8.f : 1.f;  // scores large enough for the cap to matter
+        cases.push_back(c);
+    };
+    for (auto [h, h_kv] : head_shapes(key.heads)) {
+        for (const Shape& sh : shapes) with({make(key, sh.b, h, h_kv, sh.s_q, sh.s_kv), {}, seed++}, options[next++ % 8]);
+        // Every option at once, with variable lengths (unused table slots on the NaN page).
+        with({make(key, 5, h, h_kv, 40, 40), {{1, 40, 17, 33, 2}, {1, 40, 17, 33, 2}}, seed++}, {5.f, true, 16});
+        with({make(key, 3, h, h_kv, 1, 90), {{1, 1, 1}, {90, 1, 65}}, seed++}, {5.f, true, 32});
+        if (key.mask == Mask::causal) {
+            for (int window : {1, 5, 64}) {
+                GpuCase windowed{make(key, 2, h, h_kv, 129, 200), {}, seed++};
+                windowed.problem.window = window;
+                with(windowed, options[next++ % 8]);
+            }
+        }
+    }
+    return cases;
+}
+
 std::vector<std::string> catalogue_names() {
     std::vector<std::string> names;
     for (const KernelEntry& entry : kernel_table()) names.push_back(entry.name);
@@ -98,6 +135,24 @@ TEST_P(Catalogue, MatchesReferenceOnRandomShapes) {
 TEST_P(Catalogue, LogSumExpMatchesReferenceOnRandomShapes) {
     for (GpuCase c : cases_for(kernel_->key)) {
         c.lse = true;
+        const CaseResult r = run_case(*kernel_, c);
+        EXPECT_TRUE(r.passed) << r.message;
+    }
+}
+
+TEST_P(Catalogue, ServingOptionsMatchReference) {
+    const bool takes_options = kernel_->key.family != Family::mmaprefill;
+    for (GpuCase c : option_cases(kernel_->key)) {
+        ASSERT_TRUE(c.problem.validate().empty()) << c.describe();
+        if (!takes_options) {
+            // The launcher refuses them, rather than miscomputes (kernel_supports keeps them away).
+            EXPECT_FALSE(kernel_supports(kernel_->key, c.problem));
+            TensorSet tensors(c.problem);
+            EXPECT_NE(kernel_->launch(tensors.params, nullptr), hipSuccess) << c.describe();
+            (void)hipGetLastError();
+            continue;
+        }
+        c.lse = c.seed % 2 == 0;
         const CaseResult r = run_case(*kernel_, c);
         EXPECT_TRUE(r.passed) << r.message;
     }
@@ -164,6 +219,13 @@ TEST(SplitKv, LongKeyRangesOfFewSequences) {
             windowed.problem.window = 700;  // most splits see no key of the window
             cases.push_back(windowed);
         }
+        // The options variant's splits: paged (small and large pages), softcapped, ALiBi.
+        GpuCase paged{make(key, 2, 4, h_kv, 1, 4099), {}, 25, 8.f};
+        paged.problem.page_size = 16, paged.problem.softcap = 5.f, paged.problem.alibi = true;
+        cases.push_back(paged);
+        GpuCase paged_varlen{make(key, 3, 4, h_kv, 2, 32768), {{2, 1, 2}, {32768, 77, 20000}}, 26};
+        paged_varlen.problem.page_size = 256, paged_varlen.problem.alibi = true;
+        cases.push_back(paged_varlen);
         for (const GpuCase& c : cases) {
             EXPECT_GT(kernel.workspace(shape_params(c.problem)), 0u) << kernel.name << " did not split " << c.describe();
             const CaseResult r = run_case(kernel, c);
@@ -178,10 +240,14 @@ TEST(SplitKv, LongKeyRangesOfFewSequences) {
 TEST(DeviceReference, MatchesHostReference) {
     SKIP_WITHOUT_GPU();
     for (DType dtype : {DType::fp16, DType::bf16}) {
-        for (bool causal : {false, true}) {
+        for (int variant = 0; variant < 4; ++variant) {
+            // Plain, then with softcapping, ALiBi and a paged cache (the host follows the table
+            // through logical_k/v, the device reference by itself).
+            const bool causal = variant % 2 == 1, options = variant >= 2;
             Problem p;
             p.dtype = dtype, p.batch = 2, p.heads_q = 6, p.heads_kv = 2, p.seqlen_q = 5, p.seqlen_kv = 70, p.head_dim = 72;
             p.causal = causal, p.window = causal ? 20 : 0, p.layout = Layout::bshd;
+            if (options) p.softcap = 3.f, p.alibi = true, p.page_size = 16;
             TensorSet tensors(p);
             tensors.fill(p, 5, 3.f);
             DeviceBuffer device_out(4 * tensors.sizes.o), device_lse_out(4 * p.batch * p.heads_q * p.seqlen_q);
@@ -199,9 +265,13 @@ TEST(DeviceReference, MatchesHostReference) {
             };
             const FwdParams& f = tensors.params;
             std::vector<float> host_lse;
-            const auto host = host_reference(p, {}, logical(f.q, f.q_strides, p.heads_q, p.seqlen_q),
-                                             logical(f.k, f.k_strides, p.heads_kv, p.seqlen_kv),
-                                             logical(f.v, f.v_strides, p.heads_kv, p.seqlen_kv), &host_lse);
+            auto widen = [&](const std::vector<uint16_t>& bits) {
+                std::vector<float> out;
+                for (uint16_t b : bits) out.push_back(to_float(dtype, b));
+                return out;
+            };
+            const auto host = host_reference(p, {}, logical(f.q, f.q_strides, p.heads_q, p.seqlen_q), widen(tensors.logical_k()),
+                                             widen(tensors.logical_v()), &host_lse);
             ASSERT_EQ(host.size(), device.size());
             for (size_t i = 0; i < host.size(); ++i) ASSERT_NEAR(device[i], host[i], 2e-5) << "element " << i;
             ASSERT_EQ(host_lse.size(), device_lse.size());

@@ -56,6 +56,37 @@ TEST(Cli, RunOptions) {
     EXPECT_TRUE(parse({"-lse"}).options.lse);
 }
 
+TEST(Cli, ServingOptions) {
+    ParsedCli cli = parse({"-softcapping-scale-bmm1", "30", "-alibi", "-paged-kv"});
+    ASSERT_TRUE(cli.errors.empty());
+    EXPECT_FLOAT_EQ(cli.options.problem.softcap, 30.f);
+    EXPECT_TRUE(cli.options.problem.alibi);
+    EXPECT_EQ(cli.options.problem.page_size, 64);  // the default page
+    cli = parse({"-paged-kv", "-page-size", "16", "-softcapping-scale-bmm1", "0"});
+    ASSERT_TRUE(cli.errors.empty());
+    EXPECT_EQ(cli.options.problem.page_size, 16);
+    EXPECT_EQ(cli.options.problem.softcap, 0.f);  // 0: off, as in FMHA_v2
+    cli = parse({});
+    EXPECT_EQ(cli.options.problem.page_size, 0);   // contiguous K/V unless -paged-kv
+    EXPECT_FALSE(cli.options.problem.alibi);
+    EXPECT_EQ(cli.options.problem.softcap, 0.f);
+}
+
+TEST(Cli, BadServingOptions) {
+    for (const char* cap : {"-1", "inf", "nan", "abc", "1e-40", ""})
+        EXPECT_FALSE(parse({"-softcapping-scale-bmm1", cap}).errors.empty()) << cap;
+    EXPECT_FALSE(parse({"-page-size", "32"}).errors.empty());   // needs -paged-kv
+    EXPECT_FALSE(parse({"-alibi", "-alibi"}).errors.empty());
+    // Page sizes parse, and Problem::validate takes powers of two from 16 to 256 only.
+    for (const char* size : {"8", "48", "512", "0", "-16"}) {
+        const ParsedCli cli = parse({"-paged-kv", "-page-size", size});
+        EXPECT_FALSE(cli.errors.empty() && cli.options.problem.validate().empty()) << size;
+    }
+    for (const char* size : {"16", "32", "64", "128", "256"})
+        EXPECT_TRUE(parse({"-paged-kv", "-page-size", size}).options.problem.validate().empty()) << size;
+    EXPECT_FALSE(parse({"-paged-kv", "-layout", "qkv-packed"}).options.problem.validate().empty());
+}
+
 TEST(Cli, BadInputIsReportedNotGuessed) {
     EXPECT_FALSE(parse({"-bogus"}).errors.empty());
     EXPECT_FALSE(parse({"-b"}).errors.empty());                 // missing value
@@ -89,7 +120,8 @@ TEST(Cli, UsageMentionsEveryFlag) {
     const std::string text = usage();
     for (const char* flag : {"-b ", "-h ", "-d ", "-s ", "-s-q", "-min-s", "-gqa", "-mqa", "-fp16", "-bf16", "-causal-mask",
                              "-sliding-window-size", "-runs", "-warm-up-runs", "-scale-bmm1", "-skip-checks", "-v ", "-list",
-                             "-kernel", "-save-tensors", "-layout", "bottom-right"})
+                             "-kernel", "-save-tensors", "-layout", "bottom-right", "-softcapping-scale-bmm1", "-alibi",
+                             "-paged-kv", "-page-size"})
         EXPECT_NE(text.find(flag), std::string::npos) << flag;
 }
 

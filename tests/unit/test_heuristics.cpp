@@ -70,6 +70,39 @@ TEST(Heuristics, TensorCoreFamilyPassedOverForANegativeScaleSaysWhy) {
         << s.reason;
 }
 
+// Softcapping, ALiBi and paged KV: the decode and CUDA-core prefill families take them, the
+// tensor-core family is passed over with the reason.
+TEST(Heuristics, ServingOptionsSkipTheTensorCoreFamilyAndSayWhy) {
+    const KernelKey decode{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::decode, some_arch()};
+    const KernelKey prefill{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::prefill, some_arch()};
+    if (!find_kernel(decode) || !find_kernel(prefill)) GTEST_SKIP() << "this build's catalogue lacks one of the families";
+    const bool tensor_cores = tiled_family() == Family::mmaprefill;
+    struct Option { const char* name; void (*set)(Problem&); const char* why; };
+    for (const Option& o : {Option{"softcap", [](Problem& p) { p.softcap = 30.f; }, "has no logit softcapping yet"},
+                            Option{"alibi", [](Problem& p) { p.alibi = true; }, "has no ALiBi yet"},
+                            Option{"paged", [](Problem& p) { p.page_size = 64; }, "reads no paged KV cache yet"}}) {
+        Problem p = make(16, 16, 128);
+        p.seqlen_q = p.seqlen_kv = 512;
+        o.set(p);
+        Selection s = select_kernel(p, some_arch());
+        ASSERT_NE(s.entry, nullptr) << o.name;
+        EXPECT_EQ(s.entry->key.family, Family::prefill) << o.name << ": " << s.reason;
+        if (tensor_cores)
+            EXPECT_NE(s.reason.find(std::string("not mmaprefill: the tensor-core family ") + o.why),
+                      std::string::npos) << s.reason;
+        std::string why;
+        const KernelKey mma{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::mmaprefill, some_arch()};
+        EXPECT_FALSE(kernel_supports(mma, p, &why)) << o.name;
+        EXPECT_NE(why.find(o.why), std::string::npos) << why;
+        EXPECT_TRUE(kernel_supports(prefill, p)) << o.name;
+        EXPECT_TRUE(kernel_supports(decode, p)) << o.name;
+        p.seqlen_q = 1;  // few rows per KV head: the decode family takes them too
+        s = select_kernel(p, some_arch());
+        ASSERT_NE(s.entry, nullptr);
+        EXPECT_EQ(s.entry->key.family, Family::decode) << o.name << ": " << s.reason;
+    }
+}
+
 TEST(Heuristics, KernelSupportChecksEveryField) {
     const KernelKey gqa{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::prefill, some_arch()};
     EXPECT_TRUE(kernel_supports(gqa, make(8, 2, 128)));

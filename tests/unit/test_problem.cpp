@@ -3,6 +3,8 @@
 
 #include "fmha/problem.h"
 
+#include <cmath>
+
 namespace fmha {
 namespace {
 
@@ -34,6 +36,50 @@ TEST(Problem, ValidAndInvalid) {
     Problem packed = make(1, 8, 2, 4, 4, 64);
     packed.layout = Layout::qkv_packed;
     EXPECT_FALSE(packed.validate().empty());  // packed QKV cannot hold GQA
+}
+
+TEST(Problem, AlibiSlopesAreTheStandardGeometricSequence) {
+    const std::vector<float> eight = alibi_slopes(8);  // 2^-1 .. 2^-8
+    ASSERT_EQ(eight.size(), 8u);
+    for (int h = 0; h < 8; ++h) EXPECT_FLOAT_EQ(eight[h], std::ldexp(1.f, -(h + 1)));
+    const std::vector<float> sixteen = alibi_slopes(16);  // 2^-0.5 .. 2^-8
+    EXPECT_FLOAT_EQ(sixteen[0], std::exp2(-0.5f));
+    EXPECT_FLOAT_EQ(sixteen[15], std::ldexp(1.f, -8));
+    // 12 heads: the 8 of n = 8, then every other slope of n = 16 (2^-0.5, 2^-1.5, ...).
+    const std::vector<float> twelve = alibi_slopes(12);
+    ASSERT_EQ(twelve.size(), 12u);
+    for (int h = 0; h < 8; ++h) EXPECT_FLOAT_EQ(twelve[h], eight[h]);
+    for (int h = 8; h < 12; ++h) EXPECT_FLOAT_EQ(twelve[h], sixteen[2 * (h - 8)]);
+    EXPECT_EQ(alibi_slopes(1), std::vector<float>{1.f / 256.f});
+}
+
+TEST(Problem, PagedKvCacheShapeAndStrides) {
+    Problem p = make(3, 8, 2, 1, 100, 64);
+    p.page_size = 32;  // 4 pages per sequence of 100 keys, one spare page in the pool
+    const PagedKvShape shape = paged_kv_shape(p);
+    EXPECT_EQ(shape.max_pages_per_seq, 4);
+    EXPECT_EQ(shape.pages, 3 * 4 + 1);
+    EXPECT_EQ(buffer_sizes(p).k, shape.pages * 32 * 2 * 64);
+    // [pages, page_size, h_kv, d]: the batch stride is the page stride.
+    const LayoutStrides s = layout_strides(p);
+    EXPECT_EQ(5 * s.k.batch + 1 * s.k.head + 7 * s.k.row + 3, ((5 * 32 + 7) * 2 + 1) * 64 + 3);
+    EXPECT_EQ(s.v.batch, s.k.batch);
+    const FwdParams f = shape_params(p);
+    EXPECT_EQ(f.page_size, 32);
+    EXPECT_EQ(f.max_pages_per_seq, 4);
+    EXPECT_EQ(f.block_table, nullptr);  // pointers come from the caller
+    EXPECT_EQ(paged_kv_shape(make(3, 8, 2, 1, 100, 64)).pages, 0);
+}
+
+TEST(Problem, SoftcapMustBeFiniteAndNonNegative) {
+    Problem p = make(1, 8, 8, 1, 4, 64);
+    p.softcap = 50.f;
+    EXPECT_TRUE(p.validate().empty());
+    EXPECT_NE(p.describe().find("softcap=50"), std::string::npos);
+    p.softcap = -1.f;
+    EXPECT_FALSE(p.validate().empty());
+    p.softcap = INFINITY;
+    EXPECT_FALSE(p.validate().empty());
 }
 
 TEST(Problem, DefaultScaleIsInverseSqrtHeadDim) {

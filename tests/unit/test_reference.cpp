@@ -110,6 +110,40 @@ TEST(HostReference, GqaQueryHeadsShareTheirKvHead) {
     EXPECT_EQ(o, (std::vector<float>{10, 10, 20, 20}));
 }
 
+TEST(HostReference, SoftcapBoundsTheScores) {
+    // Scores (scale 1) 0 and 10 capped at 2: 0 and 2 tanh(5); weights 1 : exp(2 tanh(5)).
+    Problem p = make(1, 2, 1, false);
+    p.scale = 1.f, p.softcap = 2.f;
+    std::vector<float> lse;
+    const auto o = host_reference(p, {}, {10}, {0, 1}, {4, 8}, &lse);
+    const double w = std::exp(2 * std::tanh(5.0));
+    EXPECT_NEAR(o[0], (4 + 8 * w) / (1 + w), 1e-5);
+    EXPECT_NEAR(lse[0], std::log(1 + w), 1e-6);
+    // The cap applies to the scaled score: scale 0.5 on q.k = 20 is the same score 10.
+    p.scale = 0.5f;
+    EXPECT_NEAR(host_reference(p, {}, {20}, {0, 1}, {4, 8})[0], (4 + 8 * w) / (1 + w), 1e-5);
+}
+
+TEST(HostReference, AlibiPenalisesDistanceFromTheDiagonal) {
+    // One head (slope 2^-8), one query over 3 keys of equal score: the query's diagonal is
+    // key 2, so key j is weighted exp(-(2 - j) / 256).
+    Problem p = make(1, 3, 1, false);
+    p.alibi = true;
+    const auto o = host_reference(p, {}, {0}, {1, 1, 1}, {3, 5, 7});
+    const double w0 = std::exp(-2 / 256.0), w1 = std::exp(-1 / 256.0);
+    EXPECT_NEAR(o[0], (3 * w0 + 5 * w1 + 7) / (w0 + w1 + 1), 1e-5);
+    // Two heads (slopes 1/16, 1/256) and a query row above the diagonal of a longer key
+    // range: s_q = 2, s_kv = 3, row 0's diagonal is key 1 and key 2 lies beyond it, at distance 1.
+    Problem two = make(2, 3, 1, false);
+    two.heads_q = two.heads_kv = 2, two.alibi = true;
+    const auto o2 = host_reference(two, {}, {0, 0, 0, 0}, std::vector<float>(6, 1.f), {3, 5, 7, 3, 5, 7});
+    const double a = std::exp(-1 / 16.0);  // keys 0 and 2 of row 0, head 0
+    EXPECT_NEAR(o2[0], (3 * a + 5 + 7 * a) / (2 * a + 1), 1e-5);
+    // After the softcap: cap 1 on scores 0 leaves 0, so the same weights.
+    p.softcap = 1.f;
+    EXPECT_NEAR(host_reference(p, {}, {0}, {1, 1, 1}, {3, 5, 7})[0], o[0], 1e-6);
+}
+
 TEST(HostReference, IsInvariantToShiftingAllScores) {
     // Softmax(s + c) = softmax(s): large common offsets must not overflow.
     std::mt19937 rng(3);

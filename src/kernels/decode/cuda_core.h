@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/common/paged_kv.h"
+#include "kernels/common/scoring.h"
 #include "kernels/config.h"
 #include "kernels/decode/work_item.h"
 #include "kernels/numeric.h"
@@ -66,6 +68,11 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         }
         int kv_lo, kv_hi;
         visible.key_range(item.len_kv, kv_lo, kv_hi);
+        RowScoring scoring[R];
+        if constexpr (T::kOptions) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) scoring[r] = RowScoring::of(p.scale, p.softcap, p.alibi_slopes, rows[r].head, rows[r]);
+        }
 
         uint4 q[R][V];
 #pragma unroll
@@ -103,6 +110,12 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
 
         const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
         const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
+        // The options variant's rows, which may be paged (the plain variant's code is as it was).
+        using Rows = KvRows<T::kOptions>;
+        const Rows k_paged = Rows::of(p.k, p.k_strides, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
+        const Rows v_paged = Rows::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
+        auto k_row = [&](int key) { return T::kOptions ? k_paged.row(key, p.k_strides) : k_rows + int64_t(key) * p.k_strides.row; };
+        auto v_row = [&](int key) { return T::kOptions ? v_paged.row(key, p.v_strides) : v_rows + int64_t(key) * p.v_strides.row; };
         auto process_step = [&](int step) {
             const int first_key = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
             // Issue every load of the step before any use.
@@ -114,8 +127,8 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 for (int v = 0; v < V; ++v) {
                     k[u][v] = val[u][v] = make_uint4(0, 0, 0, 0);
                     if (key < kv_hi && column(v) < T::kHeadDim) {
-                        k[u][v] = *reinterpret_cast<const uint4*>(k_rows + int64_t(key) * p.k_strides.row + column(v));
-                        val[u][v] = *reinterpret_cast<const uint4*>(v_rows + int64_t(key) * p.v_strides.row + column(v));
+                        k[u][v] = *reinterpret_cast<const uint4*>(k_row(key) + column(v));
+                        val[u][v] = *reinterpret_cast<const uint4*>(v_row(key) + column(v));
                     }
                 }
             }
@@ -129,7 +142,10 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 for (int u = 0; u < U; ++u) {
                     const int key = first_key + u * T::kSlices + slice;
                     const float s = Team::sum(dot<T, Numeric>(q[r], k[u]));
-                    score[u] = key < kv_hi && rows[r].template sees<kCausal>(key, p.window) ? s * scale_log2 : -INFINITY;
+                    if constexpr (T::kOptions)
+                        score[u] = key < kv_hi && rows[r].template sees<kCausal>(key, p.window) ? scoring[r].log2_score(s, key) : -INFINITY;
+                    else
+                        score[u] = key < kv_hi && rows[r].template sees<kCausal>(key, p.window) ? s * scale_log2 : -INFINITY;
                 }
                 float step_max = score[0];
 #pragma unroll

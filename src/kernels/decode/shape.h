@@ -23,6 +23,19 @@ struct BlockShape {
     static constexpr int kMinKeysPerSplit = 64;
     static constexpr int kMaxSplits = 128;
     static constexpr int kMaxBlockPartialBytes = 48 * 1024;  // shared memory any launch may ask for
+    // Whether the variant takes FwdParams' run-time options (softcapping, ALiBi, paged KV);
+    // see WithOptions.
+    static constexpr bool kOptions = false;
+};
+
+// Variant Base that also takes the run-time options, each behind a branch uniform over the
+// launch. Launches that ask for none take Base itself, whose code does not change with them.
+template <class Base>
+struct WithOptions : Base {
+    static constexpr bool kOptions = true;
+    // The tensor-core variant's occupancy target (its __launch_bounds__): the options' state
+    // does not fit the 128 registers of 4 blocks per multiprocessor without spills.
+    static constexpr int kMinBlocks = 2;
 };
 
 // MaxGroupWidth: the wave size, or less (tests). ShortKeys: the variant whose key range fits

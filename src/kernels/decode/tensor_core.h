@@ -7,6 +7,8 @@
 #include <cstdint>
 
 #include "kernels/common/memory.h"
+#include "kernels/common/paged_kv.h"
+#include "kernels/common/scoring.h"
 #include "kernels/config.h"
 #include "kernels/decode/work_item.h"
 #include "kernels/group.h"
@@ -118,6 +120,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
             mine[rt][0] = row_at(8 * rt + 2 * t);
             mine[rt][1] = row_at(8 * rt + 2 * t + 1);
         }
+        RowScoring scoring[RT][2];
+        if constexpr (T::kOptions) {
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) scoring[rt][e] = RowScoring::of(p.scale, p.softcap, p.alibi_slopes, mine[rt][e].head, mine[rt][e]);
+            }
+        }
 
         float row_max[RT][2], row_sum[RT][2], acc[RT][kTiles][4];
 #pragma unroll
@@ -133,6 +143,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         if constexpr (T::kQueryInShared) sync_warp();
         const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
         const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
+        // The options variant's rows, which may be paged (the plain variant's code is as it was).
+        using Rows = KvRows<T::kOptions>;
+        const Rows k_paged = Rows::of(p.k, p.k_strides, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
+        const Rows v_paged = Rows::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
+        auto k_row = [&](int key) { return T::kOptions ? k_paged.row(key, p.k_strides) : k_rows + int64_t(key) * p.k_strides.row; };
+        auto v_row = [&](int key) { return T::kOptions ? v_paged.row(key, p.v_strides) : v_rows + int64_t(key) * p.v_strides.row; };
         const int steps = split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits);
         for (int step = 0; step < steps; ++step) {
             const int base = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
@@ -143,7 +159,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                 const int key = base + g + 8 * h;
 #pragma unroll
                 for (int i = 0; i < KV; ++i)
-                    k[h][i] = key < kv_hi ? *reinterpret_cast<const uint4*>(k_rows + int64_t(key) * p.k_strides.row + (4 * i + t) * 8)
+                    k[h][i] = key < kv_hi ? *reinterpret_cast<const uint4*>(k_row(key) + (4 * i + t) * 8)
                                           : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
@@ -151,7 +167,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                 const int key = base + 2 * t + (s & 1) + 8 * (s / 2);
 #pragma unroll
                 for (int j = 0; j < VV; ++j)
-                    v[s][j] = key < kv_hi ? *reinterpret_cast<const uint4*>(v_rows + int64_t(key) * p.v_strides.row + (g + 8 * j) * 8)
+                    v[s][j] = key < kv_hi ? *reinterpret_cast<const uint4*>(v_row(key) + (g + 8 * j) * 8)
                                           : make_uint4(0, 0, 0, 0);
             }
 
@@ -194,8 +210,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int key = base + g + 8 * h;
-                        score[h] = key < kv_hi && mine[rt][e].template sees<kCausal>(key, p.window) ? s[2 * h + e] * scale_log2
-                                                                                                     : -INFINITY;
+                        if constexpr (T::kOptions)
+                            score[h] = key < kv_hi && mine[rt][e].template sees<kCausal>(key, p.window)
+                                           ? scoring[rt][e].log2_score(s[2 * h + e], key) : -INFINITY;
+                        else
+                            score[h] = key < kv_hi && mine[rt][e].template sees<kCausal>(key, p.window) ? s[2 * h + e] * scale_log2
+                                                                                                         : -INFINITY;
                     }
                     float step_max = fmaxf(score[0], score[1]);
 #pragma unroll
