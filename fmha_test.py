@@ -276,14 +276,16 @@ def test_adding_a_head_dim_compiles_only_its_kernels_and_the_table(tmp_path):
     is, with a launcher that writes dependencies instead of compiling: every object is up to
     date, then `setup.py --refresh --head-dims 96` leaves exactly the new kernel and the table to compile."""
     copy = tmp_path / "fmha"
-    skipped = {"build", "bin", "generated", ".git", ".pytest_cache"}
+    skipped = {"build", "bin", "generated", ".git", ".pytest_cache", "toolchain"}
     shutil.copytree(REPO, copy, ignore=lambda folder, names: [
         name for name in names if name == "__pycache__" or (Path(folder) == REPO and name in skipped)])
     arch = next(a.name for a in ARCHS.values() if a.platform == PLATFORM)
     run([sys.executable, "setup.py", "--only", "--dtypes", "fp16", "--head-dims", "64", "--heads", "mha", "--masks",
          "nomask", "--families", "decode", "--archs", arch], copy)
     build = copy / "build" / PLATFORM
-    run(["make", "configure", f"PLATFORM={PLATFORM}", f"PYTHON={sys.executable}",
+    # The compiler of this build (the copy lacks toolchain/, where `make deps` may have put it).
+    compiler = [f"HIPCC={build_setting('CMAKE_CXX_COMPILER')}"] if PLATFORM == "amd" else []
+    run(["make", "configure", f"PLATFORM={PLATFORM}", f"PYTHON={sys.executable}", *compiler,
          f"LAUNCHER={copy / 'tests' / 'build' / 'deps_only_launcher.py'}"], copy)
 
     def objects():
