@@ -260,6 +260,38 @@ def run(command, cwd):
     return result.stdout
 
 
+def offload_targets(object_file):
+    """The targets of the clang offload bundle in a HIP object: its header is the magic, a
+    64-bit count, then per entry 64-bit offset, size and triple length, and the triple."""
+    data = object_file.read_bytes()
+    magic = b"__CLANG_OFFLOAD_BUNDLE__"
+    start = data.find(magic)
+    assert start >= 0 and data.count(magic) == 1, f"{object_file}: expected one offload bundle"
+    count = int.from_bytes(data[start + 24:start + 32], "little")
+    position, targets = start + 32, {}
+    for _ in range(count):
+        size, triple_length = (int.from_bytes(data[position + i:position + i + 8], "little") for i in (8, 16))
+        triple = data[position + 24:position + 24 + triple_length].decode()
+        targets[triple] = size
+        position += 24 + triple_length
+    return targets
+
+
+@needs_build_dir
+@pytest.mark.skipif(PLATFORM != "amd", reason="the AMD build's code objects")
+def test_each_amd_kernel_holds_a_code_object_of_its_own_target():
+    """Every kernel of the build is compiled for its arch's own target, gfx942 as gfx942 (no
+    stand-in), and holds nothing for another target."""
+    listed = [line.split()[0] for line in fmha("-list").stdout.splitlines() if line.startswith("fmha_fwd_")]
+    assert listed
+    for name in listed:
+        arch = ARCHS[name.rsplit("_", 1)[1]]
+        objects = list(BIN.glob(f"CMakeFiles/kernels_{arch.name}.dir/**/{name}.hip.o"))
+        assert len(objects) == 1, f"{name}: {objects}"
+        device = {triple: size for triple, size in offload_targets(objects[0]).items() if not triple.startswith("host-")}
+        assert list(device) == [f"hipv4-amdgcn-amd-amdhsa--{arch.compile_target}"] and min(device.values()) > 0, device
+
+
 @needs_build_dir
 def test_make_again_compiles_nothing(tmp_path):
     """What `make` does once more after `make` (and so `make test` after `make`): render the
