@@ -29,6 +29,7 @@ if [ ! -f "$root/.fmha-packages" ]; then
     mkdir -p toolchain
     if ! debootstrap --variant=minbase trixie "$root.partial" "$mirror" > toolchain/debootstrap.log 2>&1; then
         echo "trixie_root: debootstrap failed: toolchain/debootstrap.log says why" >&2
+        rm -rf "$root.partial"
         exit 1
     fi
     mv "$root.partial" "$root"
