@@ -1,8 +1,12 @@
 # fmha: `make deps && make`, then `bin/fmha.exe ...`; `make test`. See README.md.
 #
-# PLATFORM: amd (hipcc: gfx908, gfx90a, gfx942) or nvidia (nvcc: sm_90). Default: the GPU this
-# machine has; without one, amd if hipcc is installed, else nvidia.
-HIPCC ?= $(shell command -v hipcc)
+# PLATFORM: amd (hipcc: gfx908, gfx90a, gfx942, gfx1100) or nvidia (nvcc: sm_90). Default: the
+# GPU this machine has; without one, amd if hipcc is installed, else nvidia.
+# HIPCC: the hipcc of the Debian 13 root that `make deps` sets up where the system's ROCm does not
+# know gfx942 (run in that root by tools/trixie_hipcc.sh), else the system's.
+TRIXIE_ROOT = $(CURDIR)/toolchain/trixie
+TRIXIE_HIPCC = $(CURDIR)/tools/trixie_hipcc.sh
+HIPCC ?= $(if $(wildcard $(TRIXIE_ROOT)/.fmha-packages),$(TRIXIE_HIPCC),$(shell command -v hipcc))
 NVCC ?= $(or $(shell command -v nvcc),$(wildcard /usr/local/cuda/bin/nvcc))
 PLATFORM ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo nvidia; elif [ -e /dev/kfd ]; then echo amd; \
                     elif [ -n "$(HIPCC)" ]; then echo amd; elif [ -n "$(NVCC)" ]; then echo nvidia; fi)
@@ -11,14 +15,15 @@ PLATFORM ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo nvidia; elif [ -
 ifeq ($(PYTHON),)
 PYTHON := $(shell bash tools/python.sh 2>/dev/null)
 endif
-# Compiler launcher: ccache when installed, for rebuilds (`make LAUNCHER=` at configure: none).
-LAUNCHER ?= $(shell command -v ccache)
+# Compiler launcher: ccache when installed, for rebuilds (`make LAUNCHER=` at configure: none);
+# tools/trixie_hipcc.sh runs the root's own ccache instead.
+LAUNCHER ?= $(if $(filter $(TRIXIE_HIPCC),$(HIPCC)),,$(shell command -v ccache))
 JOBS ?= $(shell nproc)
 BUILD_DIR = build/$(PLATFORM)
 BINARIES = fmha.exe fmha_unit_tests fmha_gpu_tests
 
 ifeq ($(PLATFORM),amd)
-CMAKE_COMPILERS = -DCMAKE_CXX_COMPILER=$(HIPCC)
+CMAKE_COMPILERS = -DCMAKE_CXX_COMPILER=$(HIPCC) $(if $(filter $(TRIXIE_HIPCC),$(HIPCC)),-DFMHA_HIP_ROOT=$(TRIXIE_ROOT))
 else
 CMAKE_COMPILERS = -DCMAKE_CUDA_COMPILER=$(NVCC) -DCMAKE_CUDA_HOST_COMPILER=$(shell command -v g++)
 endif

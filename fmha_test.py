@@ -310,6 +310,38 @@ def run(command, cwd):
     return result.stdout
 
 
+def offload_targets(object_file):
+    """The targets of the clang offload bundle in a HIP object: its header is the magic, a
+    64-bit count, then per entry 64-bit offset, size and triple length, and the triple."""
+    data = object_file.read_bytes()
+    magic = b"__CLANG_OFFLOAD_BUNDLE__"
+    start = data.find(magic)
+    assert start >= 0 and data.count(magic) == 1, f"{object_file}: expected one offload bundle"
+    count = int.from_bytes(data[start + 24:start + 32], "little")
+    position, targets = start + 32, {}
+    for _ in range(count):
+        size, triple_length = (int.from_bytes(data[position + i:position + i + 8], "little") for i in (8, 16))
+        triple = data[position + 24:position + 24 + triple_length].decode()
+        targets[triple] = size
+        position += 24 + triple_length
+    return targets
+
+
+@needs_build_dir
+@pytest.mark.skipif(PLATFORM != "amd", reason="the AMD build's code objects")
+def test_each_amd_kernel_holds_a_code_object_of_its_own_target():
+    """Every kernel of the build is compiled for its arch's own target, gfx942 as gfx942 (no
+    stand-in), and holds nothing for another target."""
+    listed = [line.split()[0] for line in fmha("-list").stdout.splitlines() if line.startswith("fmha_fwd_")]
+    assert listed
+    for name in listed:
+        arch = ARCHS[name.rsplit("_", 1)[1]]
+        objects = list(BIN.glob(f"CMakeFiles/kernels_{arch.name}.dir/**/{name}.hip.o"))
+        assert len(objects) == 1, f"{name}: {objects}"
+        device = {triple: size for triple, size in offload_targets(objects[0]).items() if not triple.startswith("host-")}
+        assert list(device) == [f"hipv4-amdgcn-amd-amdhsa--{arch.compile_target}"] and min(device.values()) > 0, device
+
+
 @needs_build_dir
 def test_make_again_compiles_nothing(tmp_path):
     """What `make` does once more after `make` (and so `make test` after `make`): render the
@@ -326,14 +358,16 @@ def test_adding_a_head_dim_compiles_only_its_kernels_and_the_table(tmp_path):
     is, with a launcher that writes dependencies instead of compiling: every object is up to
     date, then `setup.py --refresh --head-dims 96` leaves exactly the new kernel and the table to compile."""
     copy = tmp_path / "fmha"
-    skipped = {"build", "bin", "generated", ".git", ".pytest_cache"}
+    skipped = {"build", "bin", "generated", ".git", ".pytest_cache", "toolchain"}
     shutil.copytree(REPO, copy, ignore=lambda folder, names: [
         name for name in names if name == "__pycache__" or (Path(folder) == REPO and name in skipped)])
     arch = next(a.name for a in ARCHS.values() if a.platform == PLATFORM)
     run([sys.executable, "setup.py", "--only", "--dtypes", "fp16", "--head-dims", "64", "--heads", "mha", "--masks",
          "nomask", "--families", "decode", "--archs", arch], copy)
     build = copy / "build" / PLATFORM
-    run(["make", "configure", f"PLATFORM={PLATFORM}", f"PYTHON={sys.executable}",
+    # The compiler of this build (the copy lacks toolchain/, where `make deps` may have put it).
+    compiler = [f"HIPCC={build_setting('CMAKE_CXX_COMPILER')}"] if PLATFORM == "amd" else []
+    run(["make", "configure", f"PLATFORM={PLATFORM}", f"PYTHON={sys.executable}", *compiler,
          f"LAUNCHER={copy / 'tests' / 'build' / 'deps_only_launcher.py'}"], copy)
 
     def objects():

@@ -8,24 +8,27 @@ set(WITH_TMPDIR ${CMAKE_COMMAND} -E env TMPDIR=${FMHA_TMPDIR})
 set(CMAKE_CXX_COMPILER_LAUNCHER ${WITH_TMPDIR} ${FMHA_LAUNCHER})
 set(CMAKE_CXX_LINKER_LAUNCHER ${WITH_TMPDIR})
 
-# Picks the first offload target of an arch that this hipcc knows (gfx942 needs ROCm >= 5.7;
-# older toolchains compile CDNA3 as gfx940 and the configure log says so).
-function(fmha_pick_target arch out)
-  foreach(target ${FMHA_ARCH_TARGETS_${arch}})
-    execute_process(COMMAND ${CMAKE_CXX_COMPILER} --offload-arch=${target} --offload-device-only -x hip
-                            -c /dev/null -o /dev/null
-                    RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
-    if(rc EQUAL 0)
-      list(GET FMHA_ARCH_TARGETS_${arch} 0 preferred)
-      if(NOT target STREQUAL preferred)
-        message(STATUS "fmha: ${CMAKE_CXX_COMPILER} does not know ${preferred}: ${arch} kernels are compiled for ${target} (same ISA)")
-      endif()
-      set(${out} ${target} PARENT_SCOPE)
-      return()
-    endif()
-  endforeach()
-  message(FATAL_ERROR "fmha: ${CMAKE_CXX_COMPILER} knows none of ${FMHA_ARCH_TARGETS_${arch}} for ${arch}")
+# Each arch has one offload target; a compiler that lacks it is an error, never a silent drop
+# (gfx942 needs ROCm >= 5.7: `make deps` sets one up where the system's is older).
+function(fmha_check_target target)
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} --offload-arch=${target} --offload-device-only -x hip
+                          -c /dev/null -o ${FMHA_TMPDIR}/probe.o
+                  RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE error)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "fmha: ${CMAKE_CXX_COMPILER} (clang ${CMAKE_CXX_COMPILER_VERSION}) cannot compile for ${target}: "
+                        "run `make deps`, which sets up a hipcc that can\n${error}")
+  endif()
 endfunction()
+
+# Binaries linked in a toolchain root (FMHA_HIP_ROOT: make deps' Debian 13 one) load that root's
+# C library and HIP runtime, the ones they were built against, so they also run on this system.
+set(FMHA_HIP_ROOT "" CACHE PATH "the root folder tools/trixie_hipcc.sh runs hipcc in (the Makefile sets it)")
+set(ROOT_LINK_OPTIONS)
+if(FMHA_HIP_ROOT)
+  set(root_libs ${FMHA_HIP_ROOT}/usr/lib/x86_64-linux-gnu)
+  set(ROOT_LINK_OPTIONS -Wl,--dynamic-linker=${root_libs}/ld-linux-x86-64.so.2 -Wl,--disable-new-dtags
+                        -Wl,-rpath,${root_libs})  # DT_RPATH, unlike RUNPATH, also serves the libraries' own needs
+endif()
 
 set(AMD_TARGETS)
 set(KERNEL_OBJECTS)
@@ -34,26 +37,43 @@ set(HIP_DEVICE_FLAGS -O3 -fno-gpu-rdc)  # the flags kernels are built with (no f
 # Each kernel's compile writes the compiler's resource report to resources/<kernel>.txt.
 set(RESOURCE_REPORTS ${CMAKE_BINARY_DIR}/resources)
 file(MAKE_DIRECTORY ${RESOURCE_REPORTS})
+# A kernel the generator removed leaves its report behind: drop it, or `make resources` checks it.
+set(current_reports)
 foreach(arch ${PLATFORM_ARCHS})
-  fmha_pick_target(${arch} target)
-  list(APPEND AMD_TARGETS ${target})
+  foreach(source ${FMHA_KERNELS_${arch}})
+    get_filename_component(name ${source} NAME_WE)
+    list(APPEND current_reports ${RESOURCE_REPORTS}/${name}.txt)
+  endforeach()
+endforeach()
+file(GLOB reports ${RESOURCE_REPORTS}/*.txt)
+foreach(report ${reports})
+  if(NOT report IN_LIST current_reports)
+    file(REMOVE ${report})
+  endif()
+endforeach()
+foreach(arch ${PLATFORM_ARCHS})
+  set(target ${FMHA_ARCH_TARGET_${arch}})
   list(LENGTH FMHA_KERNELS_${arch} count)
-  message(STATUS "fmha: ${arch}: ${count} kernels, offload target ${target}")
-  if(FMHA_KERNELS_${arch})
+  if(FMHA_KERNELS_${arch})  # the archs of the selection; the device reference is built for each too
+    fmha_check_target(${target})
+    list(APPEND AMD_TARGETS ${target})
+    message(STATUS "fmha: ${arch}: ${count} kernels, offload target ${target}")
     add_library(kernels_${arch} OBJECT ${FMHA_KERNELS_${arch}})
     set_source_files_properties(${FMHA_KERNELS_${arch}} PROPERTIES LANGUAGE CXX)
     target_include_directories(kernels_${arch} PRIVATE ${INCLUDE_DIRS})
     target_compile_options(kernels_${arch} PRIVATE -x hip --offload-arch=${target} ${HIP_DEVICE_FLAGS}
                            -Rpass-analysis=kernel-resource-usage)
-    set_target_properties(kernels_${arch} PROPERTIES CXX_COMPILER_LAUNCHER
-      "${WITH_TMPDIR};sh;${CMAKE_SOURCE_DIR}/tools/resource_remarks.sh;${RESOURCE_REPORTS};${FMHA_LAUNCHER}")
+    set(launcher ${WITH_TMPDIR} sh ${CMAKE_SOURCE_DIR}/tools/resource_remarks.sh ${RESOURCE_REPORTS} ${FMHA_LAUNCHER})
+    set_target_properties(kernels_${arch} PROPERTIES CXX_COMPILER_LAUNCHER "${launcher}")
     list(APPEND KERNEL_OBJECTS $<TARGET_OBJECTS:kernels_${arch}>)
     list(APPEND KERNEL_TARGETS kernels_${arch})
   endif()
 endforeach()
-list(REMOVE_DUPLICATES AMD_TARGETS)
+if(NOT AMD_TARGETS)
+  message(FATAL_ERROR "fmha: the catalogue has no AMD kernel (python3 setup.py --archs ...)")
+endif()
 string(REPLACE ";" ", " targets_text "${AMD_TARGETS}")
-message(STATUS "fmha: AMD offload targets: ${targets_text}")
+message(STATUS "fmha: AMD offload targets ${targets_text}, all built by ${CMAKE_CXX_COMPILER} (clang ${CMAKE_CXX_COMPILER_VERSION})")
 
 set(OFFLOAD_ALL)
 foreach(target ${AMD_TARGETS})
@@ -81,9 +101,10 @@ function(fmha_platform_setup target)
     endif()
   endforeach()
   # The link step must name a target, or hipcc probes for a GPU.
-  target_link_options(${target} PRIVATE --offload-arch=${FIRST_TARGET})
+  target_link_options(${target} PRIVATE --offload-arch=${FIRST_TARGET} ${ROOT_LINK_OPTIONS})
 endfunction()
 
 add_custom_target(resources
-  COMMAND ${FMHA_PYTHON} ${CMAKE_SOURCE_DIR}/tools/resources.py ${RESOURCE_REPORTS} USES_TERMINAL)
+  COMMAND ${FMHA_PYTHON} ${CMAKE_SOURCE_DIR}/tools/resources.py ${RESOURCE_REPORTS}
+          "${CMAKE_CXX_COMPILER} (clang ${CMAKE_CXX_COMPILER_VERSION})" USES_TERMINAL VERBATIM)
 add_dependencies(resources ${KERNEL_TARGETS})

@@ -47,7 +47,8 @@ class Family:
         if not self.takes_head_dim(config.head_dim):
             reasons.append(("head_dim", config.head_dim, f"needs {self.head_dim_rule}"))
         if config.arch in ARCHS and not self.runs_on(config.arch):
-            reasons.append(("arch", config.arch, f"needs matrix core {' or '.join(self.matrix_cores)}"))
+            reasons.append(("arch", config.arch, f"needs matrix core {' or '.join(self.matrix_cores)}; "
+                                                 f"no main loop for {ARCHS[config.arch].matrix_core} yet"))
         return reasons
 
 

@@ -5,7 +5,8 @@ SGPR spills are listed but allowed: the compiler puts them in VGPR lanes (v_writ
 in memory; if it ever had to use memory, ScratchSize would say so and fail the check. The
 README states the same rule.
 
-Usage: resources.py REPORT_DIR   (one <kernel name>.txt per kernel, written by its compile)
+Usage: resources.py REPORT_DIR [COMPILER]   (one <kernel name>.txt per kernel, written by its
+compile; COMPILER: what compiled them, for the header: every kernel's own compile is the report)
 """
 import re
 import sys
@@ -50,6 +51,8 @@ def main(argv):
     if not reports:
         print("resources: no reports found", file=sys.stderr)
         return 1
+    if len(argv) > 2:
+        print(f"resources: as reported by the compiles of {argv[2]}")
     header = (f"{'kernel':52s} {'function':22s} {'VGPR':>5s} {'AGPR':>5s} {'SGPR':>5s} {'scratch':>7s} "
               f"{'vspill':>6s} {'sspill':>6s} {'LDS':>6s} {'occ':>4s}")
     print(header)

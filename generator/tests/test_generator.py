@@ -26,7 +26,7 @@ def test_default_catalogue_is_the_product_of_what_each_family_runs_on():
     configs = default_configs()
     assert len(configs) == 2 * 3 * 3 * 2 * offered_pairs()
     assert {c.head_dim for c in configs} == {64, 128, 256}
-    assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "sm90"}
+    assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "gfx1100", "sm90"}
 
 
 def test_name_lists_every_field_in_order_and_round_trips():
@@ -73,7 +73,7 @@ def test_validation_explains_what_is_wrong():
     assert validate(KernelConfig("fp16", 96, "gqa", "causal", "prefill", "sm90")) == []
     assert "head_dim 100" in validate(KernelConfig("fp16", 100, "mha", "nomask", "prefill", "sm90"))[0]
     assert "head_dim 512" in validate(KernelConfig("fp16", 512, "mha", "nomask", "prefill", "sm90"))[0]
-    assert "unknown arch" in validate(KernelConfig("fp16", 64, "mha", "nomask", "prefill", "gfx1100"))[0]
+    assert "unknown arch" in validate(KernelConfig("fp16", 64, "mha", "nomask", "prefill", "gfx1030"))[0]
 
 
 def test_invalid_added_values_are_an_error_not_dropped():
@@ -91,14 +91,26 @@ def test_a_family_skips_archs_without_its_matrix_core():
     archs = {c.arch for c in selection.configs if c.family == TENSOR_FAMILY}
     assert archs == {a.name for a in ARCHS.values() if a.matrix_core == "wgmma"} == {"sm90"}
     assert len([c for c in selection.configs if c.family == TENSOR_FAMILY]) == 2 * 3 * 3 * 2
-    assert "mmaprefill skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma)" in selection.skip_notes()
+    notes = selection.skip_notes()
+    assert "mmaprefill skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma; no main loop for mfma yet)" in notes
+    assert "mmaprefill skips arch gfx1100 (needs matrix core wgmma; no main loop for wmma yet)" in notes
     with pytest.raises(ValueError, match="needs matrix core wgmma"):
         KernelConfig.from_name("fmha_fwd_fp16_d64_gqa_nomask_mmaprefill_gfx90a")
     assert validate(KernelConfig("fp16", 64, "gqa", "nomask", "mmaprefill", "sm90")) == []
 
 
+def test_rdna3_builds_the_cuda_core_families_at_wave32():
+    """gfx1100: wave32, no MFMA (WMMA), so decode and prefill only, compiled as gfx1100 itself."""
+    rdna3 = ARCHS["gfx1100"]
+    assert (rdna3.platform, rdna3.wave_size, rdna3.matrix_core, rdna3.compile_target) == ("amd", 32, "wmma", "gfx1100")
+    families = {c.family for c in select(DEFAULT_AXES).configs if c.arch == "gfx1100"}
+    assert families == {"decode", "prefill"}
+    # No stand-in targets: each arch compiles for itself.
+    assert all(a.compile_target == a.name for a in ARCHS.values() if a.platform == "amd")
+
+
 def test_a_family_may_name_several_matrix_cores(monkeypatch):
-    both = Family("tensortest", 16, 256, "test family", matrix_cores=("wgmma", "mfma"))
+    both = Family("tensortest", 16, 256, "test family", matrix_cores=("wgmma", "mfma", "wmma"))
     monkeypatch.setitem(catalogue.FAMILIES, both.name, both)
     selection = select(dict(DEFAULT_AXES, family=(both.name,)))
     assert {c.arch for c in selection.configs} == set(ARCHS) and selection.skip_notes() == []
@@ -239,7 +251,7 @@ def test_cli_only_replaces_the_defaults(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--head-dims", "100"], "head_dim 100"),
-    (["--archs", "gfx1100"], "unknown arch"),
+    (["--archs", "gfx1030"], "unknown arch"),
     (["--filter", "nothing*"], "no kernel matches"),
 ])
 def test_cli_errors_exit_2_with_a_reason(tmp_path, capsys, argv, message):
@@ -261,7 +273,7 @@ def test_a_head_dim_some_family_does_not_take_is_skipped_there_and_said(tmp_path
 
 
 def test_an_invalid_value_is_reported_once(tmp_path, capsys):
-    assert cli.main(["--head-dims", "7", "100000", "--archs", "gfx1100", "--out", str(tmp_path)]) == 2
+    assert cli.main(["--head-dims", "7", "100000", "--archs", "gfx1030", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("head_dim 7:") == 1 and err.count("head_dim 100000:") == 1 and err.count("gfx1100") == 1
+    assert err.count("head_dim 7:") == 1 and err.count("head_dim 100000:") == 1 and err.count("gfx1030") == 1
     assert "a multiple of 8 up to 256" in err

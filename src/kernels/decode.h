@@ -94,6 +94,13 @@ template <class Config, int GroupWidth>
 inline constexpr bool kUsesWarpMma = has_mma_sync(Config::arch) && GroupWidth == wave_size(Config::arch) &&
                                      Config::head_dim % 64 == 0 && Config::head_dim <= 128;
 
+// Eight rows a pass of the long-keys variant take more than the 256 VGPRs of a lane; CDNA
+// keeps the rest in AGPRs, RDNA3 (AMD's wave32) has none and would spill to scratch: there more
+// rows take passes of four.
+template <class Config>
+inline constexpr int kMaxLongRows = kArchFacts[static_cast<int>(Config::arch)].platform == Platform::amd &&
+                                    wave_size(Config::arch) == 32 ? 4 : 8;
+
 // Calls fn(Traits{}) with the variant the problem needs: rows per pass, short or long keys,
 // CUDA cores or warp MMAs.
 template <class Config, int GroupWidth, class Fn>
@@ -119,8 +126,10 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
     } else {
         if (rows == 1) return fn(Traits<Config, GroupWidth, 1, false>{});
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, false>{});
-        if (rows == 4) return fn(Traits<Config, GroupWidth, 4, false>{});
-        return fn(Traits<Config, GroupWidth, 8, false>{});
+        if constexpr (kMaxLongRows<Config> == 8) {
+            if (rows == 8) return fn(Traits<Config, GroupWidth, 8, false>{});
+        }
+        return fn(Traits<Config, GroupWidth, 4, false>{});
     }
 }
 

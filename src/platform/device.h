@@ -27,7 +27,7 @@ struct DeviceInfo {
 
 DeviceInfo query_device();
 
-// The catalogue arch whose device names include arch_name ("gfx940" -> gfx942), if any.
+// The catalogue arch whose device names include arch_name ("sm_90" -> sm90), if any.
 std::optional<Arch> arch_for_device(const std::string& arch_name);
 
 }  // namespace fmha

@@ -64,9 +64,12 @@ TEST(KernelName, TokensAreUniqueAcrossFields) {
 
 TEST(DeviceArch, RuntimeNamesMapToCatalogueArchs) {
     EXPECT_EQ(arch_for_device("gfx90a"), Arch::gfx90a);
-    EXPECT_EQ(arch_for_device("gfx940"), Arch::gfx942);  // same CDNA3 ISA
+    EXPECT_EQ(arch_for_device("gfx942"), Arch::gfx942);
+    EXPECT_EQ(arch_for_device("gfx1100"), Arch::gfx1100);
     EXPECT_EQ(arch_for_device("sm_90"), Arch::sm90);
-    EXPECT_FALSE(arch_for_device("gfx1100").has_value());
+    // gfx942 code objects do not load on the MI300 engineering parts.
+    EXPECT_FALSE(arch_for_device("gfx940").has_value());
+    EXPECT_FALSE(arch_for_device("gfx1030").has_value());
     EXPECT_FALSE(arch_for_device("sm_80").has_value());
 }
 

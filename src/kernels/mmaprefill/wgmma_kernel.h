@@ -53,7 +53,7 @@ struct WgmmaTraits {
 
     // Shared memory: Q, the K ring, the V ring (1024-byte aligned swizzle atoms), barriers, and
     // the output's staging rows where they fit (else they are Q's).
-    static constexpr int kSharedLimit = 227 * 1024;
+    static constexpr int kSharedLimit = shared_bytes(Config::arch);
     static constexpr int kAlignment = 1024;  // of the dynamic shared memory we use
     static constexpr int kQBytes = wgmma::tile_bytes(kBlockRows, kHeadDim);
     static constexpr int kKVBytes = wgmma::tile_bytes(kBlockKeys, kHeadDim);
@@ -72,7 +72,7 @@ struct WgmmaTraits {
 
     static_assert(kHeadDim % wgmma::kK == 0 && kHeadDim <= 256, "wgmma N: a multiple of 16 up to 256");
     static_assert(kBlockKeys % wgmma::kK == 0 && kBlockKeys <= 256, "key tile: a multiple of 16 up to 256");
-    static_assert(kSharedBytes <= kSharedLimit, "Hopper's shared memory per block");
+    static_assert(kSharedBytes <= kSharedLimit, "the arch's shared memory per block");
     static_assert(kEpilogueBarrier + kConsumers <= 16, "named barriers");
 };
 

@@ -1,0 +1,25 @@
+#!/bin/sh
+# The AMD compiler where the system's ROCm does not know gfx942 (Debian 12's 5.2): hipcc 5.7.1
+# (clang 17) of the Debian 13 root that `make deps` sets up in toolchain/trixie (tools/deps.sh).
+# It runs in that root, inside a private mount namespace in which the project folder, /tmp, the
+# working folder and CMake's modules (its compiler checks compile sources there) appear at their
+# own paths, so every path CMake passes names the same file inside and out; nothing stays
+# mounted afterwards. ccache, installed in the root, caches the
+# compiles there. Needs root (unshare, mount, chroot), as `make deps` does.
+# Usage: trixie_hipcc.sh HIPCC-ARGS...   (the Makefile makes it the AMD build's compiler)
+set -eu
+project=$(cd "$(dirname "$0")/.." && pwd -P)
+root=${FMHA_TOOLCHAIN_ROOT:-$project/toolchain/trixie}
+if [ ! -x "$root/usr/bin/hipcc" ]; then
+    echo "$0: no hipcc in $root: run \`make deps\` (as root)" >&2
+    exit 1
+fi
+exec unshare --mount --propagation private sh -c '
+    root=$1 project=$2 cwd=$3
+    shift 3
+    bind() { mkdir -p "$root$1" && mount --bind "$1" "$root$1"; }
+    for dir in /dev /proc /tmp "$project" /usr/share/cmake*; do [ -d "$dir" ] && bind "$dir"; done
+    case $cwd in /|/tmp|/tmp/*|"$project"|"$project"/*) ;; *) bind "$cwd" ;; esac
+    launcher=$(test -x "$root/usr/bin/ccache" && echo ccache || true)
+    exec chroot "$root" sh -c "cd \"\$1\" && shift && exec $launcher hipcc \"\$@\"" sh "$cwd" "$@"
+' sh "$root" "$project" "$(pwd -P)" "$@"
