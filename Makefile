@@ -15,7 +15,7 @@ endif
 LAUNCHER ?= $(shell command -v ccache)
 JOBS ?= $(shell nproc)
 BUILD_DIR = build/$(PLATFORM)
-BINARIES = fmha.exe fmha_unit_tests fmha_gpu_tests
+BINARIES = fmha.exe fmha_unit_tests fmha_gpu_tests fmha_capi_tests libfmha.so
 
 ifeq ($(PLATFORM),amd)
 CMAKE_COMPILERS = -DCMAKE_CXX_COMPILER=$(HIPCC)

@@ -63,7 +63,7 @@ def gtest_cases(binary):
 def gtest_results(tmp_path_factory):
     """Runs each GoogleTest binary once; returns {binary: {test: (status, message)}}."""
     results = {}
-    for binary in ("fmha_unit_tests", "fmha_gpu_tests"):
+    for binary in ("fmha_unit_tests", "fmha_gpu_tests", "fmha_capi_tests"):
         path = BIN / binary
         if not path.exists():
             continue
@@ -105,6 +105,11 @@ def test_unit(gtest_results, case):
 @pytest.mark.parametrize("case", gtest_cases("fmha_gpu_tests"))
 def test_gpu(gtest_results, case):
     check_gtest(gtest_results, "fmha_gpu_tests", case)
+
+
+@pytest.mark.parametrize("case", gtest_cases("fmha_capi_tests"))
+def test_capi(gtest_results, case):
+    check_gtest(gtest_results, "fmha_capi_tests", case)
 
 
 # ---------------------------------------------------------------- fmha.exe without a GPU
