@@ -61,4 +61,4 @@ list: check-platform
 	@$(PYTHON) setup.py --refresh --list
 
 clean:
-	rm -rf build bin generated
+	rm -rf build bin generated python/build python/fmha.egg-info
