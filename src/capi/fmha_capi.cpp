@@ -3,6 +3,7 @@
 
 #include <hip/hip_runtime_api.h>
 
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -15,6 +16,11 @@
 #include "fmha/kernel_table.h"
 #include "fmha/problem.h"
 #include "platform/device.h"
+
+// python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
+static_assert(sizeof(fmha_problem) == 40 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_tensors) == 152 && offsetof(fmha_tensors, seqlens_q) == 128,
+              "C ABI layout changed: bump FMHA_ABI_VERSION");
 
 namespace fmha {
 namespace {
