@@ -7,6 +7,7 @@
 The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
 machine has no GPU.
 """
+import importlib.util
 import json
 import os
 import re
@@ -20,6 +21,19 @@ import pytest
 
 from generator.archs import ARCHS
 from generator.tests.test_generator import *  # noqa: F401,F403  (the generator's tests)
+
+
+def _import_tests(path):
+    """The test_* functions of a test module given by path (tests/python is no package)."""
+    spec = importlib.util.spec_from_file_location(f"fmha_tests_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {name: value for name, value in vars(module).items() if name.startswith("test_")}
+
+
+# The Python package's tests: its ctypes binding (no PyTorch needed) and its API (PyTorch, GPU).
+for _module in ("test_library.py", "test_torch_api.py"):
+    globals().update(_import_tests(Path(__file__).resolve().parent / "tests" / "python" / _module))
 
 REPO = Path(__file__).resolve().parent
 BIN = Path(os.environ.get("FMHA_BIN_DIR", REPO / "bin"))
