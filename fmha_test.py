@@ -1,11 +1,12 @@
 """The project's test suite, in one pytest run (`make test`):
 
 - the generator's tests (generator/tests);
-- every GoogleTest case of the unit and GPU binaries, one pytest item each;
-- fmha.exe: bad input (no GPU needed) and a matrix of shapes checked against the reference (GPU).
+- every GoogleTest case of the unit, GPU and C ABI binaries, one pytest item each;
+- fmha.exe: bad input (no GPU needed) and a matrix of shapes checked against the reference (GPU);
+- the Python package (tests/python): its binding of libfmha.so, and its API with PyTorch.
 
 The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
-machine has no GPU.
+machine has no GPU; the Python API's, when PyTorch is missing.
 """
 import importlib.util
 import json
