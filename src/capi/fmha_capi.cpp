@@ -70,13 +70,14 @@ struct DeviceArch {
     std::optional<Arch> arch;  // the catalogue's, when this build knows it
 };
 
-fmha_status device_arch(int device, DeviceArch* out) {
+// *out points into the cache, whose entries never move or change once made.
+fmha_status device_arch(int device, const DeviceArch** out) {
     static std::mutex mutex;
     static std::map<int, DeviceArch> cache;
     if (device < 0) return fail(FMHA_INVALID_ARGUMENT, "device must be non-negative, got " + std::to_string(device));
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = cache.find(device); it != cache.end()) {
-        *out = it->second;
+        *out = &it->second;
         return FMHA_OK;
     }
     std::string error;
@@ -87,17 +88,17 @@ fmha_status device_arch(int device, DeviceArch* out) {
         return fail(FMHA_NO_DEVICE, info.found ? error : "no GPU: " + info.error);
     }
     found.arch = arch_for_device(found.name);
-    *out = cache[device] = found;
+    *out = &(cache[device] = found);
     return FMHA_OK;
 }
 
 fmha_status catalogue_arch(int device, Arch* arch) {
-    DeviceArch found;
+    const DeviceArch* found = nullptr;
     if (const fmha_status status = device_arch(device, &found); status != FMHA_OK) return status;
-    if (!found.arch)
-        return fail(FMHA_NO_DEVICE, "device " + std::to_string(device) + " is " + found.name +
+    if (!found->arch)
+        return fail(FMHA_NO_DEVICE, "device " + std::to_string(device) + " is " + found->name +
                                         ", not an arch of the catalogue (" + token(build_platform()) + " build)");
-    *arch = *found.arch;
+    *arch = *found->arch;
     return FMHA_OK;
 }
 
