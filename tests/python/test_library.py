@@ -67,3 +67,12 @@ def test_python_package_without_torch_says_it_needs_torch():
                             text=True, env={**os.environ, "PYTHONPATH": str(_REPO / "python")})
     assert result.returncode == 1
     assert "ImportError: fmha.flash_attn_func needs PyTorch" in result.stderr, result.stderr
+
+
+def test_python_package_compiles():
+    """Every module of the package and its tests parses, also where PyTorch is missing to import them."""
+    sources = sorted((_REPO / "python").rglob("*.py")) + sorted((_REPO / "tests" / "python").glob("*.py"))
+    assert len(sources) >= 10
+    for source in sources:
+        if "build" not in source.relative_to(_REPO).parts:
+            compile(source.read_text(), str(source), "exec")  # SyntaxError names the file and line
