@@ -2,9 +2,9 @@
 # One call on the GPU machine for the Python API (issue 15), from the repository root:
 #   OUT=/some/folder bash tools/python_device_check.sh
 # builds (make), installs the package from this tree with pip (offline), checks that the
-# installed copy is what imports, runs the Python API's tests (pytest fmha_test.py -k ...), a
-# compute-sanitizer memcheck of Python calls, the per-call overhead benchmark, and then the
-# whole `make test`. Every step logs with `set -x` to $OUT/<step>.log (default ./device-logs)
+# installed copy is what imports, runs the Python API's, the binding's and the C ABI's tests
+# (pytest fmha_test.py -k ...), a compute-sanitizer memcheck of Python calls, the per-call
+# overhead benchmark, and then the whole `make test`. Every step logs with `set -x` to $OUT/<step>.log (default ./device-logs)
 # and the next step runs whatever happened; a summary prints last; the exit code is non-zero
 # when any step failed. SKIP_FULL_TEST=1 leaves out the whole `make test`.
 set -u -o pipefail
@@ -56,7 +56,7 @@ assert package != pathlib.Path("$PWD/python/fmha"), "the in-tree package was imp
 assert loaded.parent.parent == package, "the library is not the installed package's own"
 PY
 step installed sh -c "cd '$WORK' && '$TEST_PYTHON' installed.py"
-step pytest_python env FMHA_BIN_DIR=bin "$TEST_PYTHON" -m pytest fmha_test.py -ra -v -k "torch or python or capi"
+step pytest_python env FMHA_BIN_DIR=bin "$TEST_PYTHON" -m pytest fmha_test.py -ra -v -k "test_torch_ or test_python_ or test_capi"
 # On this machine nothing of the Python API may skip for want of PyTorch or a GPU.
 step no_skips sh -c "! grep -E 'SKIPPED.*(PyTorch is not installed|PyTorch sees no CUDA GPU|import fmha failed)' '$OUT/pytest_python.log'"
 step sanitizer compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST_PYTHON" -c '
