@@ -24,14 +24,14 @@ step() { # step NAME COMMAND...: runs it traced into $OUT/NAME.log and records i
     summary+=("$(printf '%-18s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
     return "$rc"
 }
-{
+(
     set -x
     nvidia-smi; date -u; uname -a; git log -1 --oneline; git status --short | head -20
     "$PYTHON" -c "import sys, torch; print(sys.executable, sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
     "$PYTHON" -m pip --version
     "$PYTHON" -c "import setuptools; print('setuptools', setuptools.__version__)"
     "$PYTHON" -c "import wheel; print('wheel', wheel.__version__)"
-} > "$OUT/machine.log" 2>&1
+) > "$OUT/machine.log" 2>&1
 
 step build make JOBS=16 PYTHON="$PYTHON"
 
