@@ -20,7 +20,7 @@ endif
 LAUNCHER ?= $(if $(filter $(TRIXIE_HIPCC),$(HIPCC)),,$(shell command -v ccache))
 JOBS ?= $(shell nproc)
 BUILD_DIR = build/$(PLATFORM)
-BINARIES = fmha.exe fmha_unit_tests fmha_gpu_tests
+BINARIES = fmha.exe fmha_unit_tests fmha_gpu_tests fmha_capi_tests libfmha.so
 
 ifeq ($(PLATFORM),amd)
 CMAKE_COMPILERS = -DCMAKE_CXX_COMPILER=$(HIPCC) $(if $(filter $(TRIXIE_HIPCC),$(HIPCC)),-DFMHA_HIP_ROOT=$(TRIXIE_ROOT))
@@ -66,4 +66,4 @@ list: check-platform
 	@$(PYTHON) setup.py --refresh --list
 
 clean:
-	rm -rf build bin generated
+	rm -rf build bin generated python/build python/fmha.egg-info

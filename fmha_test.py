@@ -1,13 +1,15 @@
 """The project's test suite, in one pytest run (`make test`):
 
 - the generator's tests (generator/tests);
-- every GoogleTest case of the unit and GPU binaries, one pytest item each;
-- fmha.exe: bad input (no GPU needed) and a matrix of shapes checked against the reference (GPU).
+- every GoogleTest case of the unit, GPU and C ABI binaries, one pytest item each;
+- fmha.exe: bad input (no GPU needed) and a matrix of shapes checked against the reference (GPU);
+- the Python package (tests/python): its binding of libfmha.so, and its API with PyTorch.
 
 The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
-machine has no GPU.
+machine has no GPU; the Python API's, when PyTorch is missing.
 """
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -23,6 +25,19 @@ from benchmarks.shapes import SHAPES
 from generator.archs import ARCHS
 from generator.catalogue import KernelConfig
 from generator.tests.test_generator import *  # noqa: F401,F403  (the generator's tests)
+
+
+def _import_tests(path):
+    """The test_* functions of a test module given by path (tests/python is no package)."""
+    spec = importlib.util.spec_from_file_location(f"fmha_tests_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {name: value for name, value in vars(module).items() if name.startswith("test_")}
+
+
+# The Python package's tests: its ctypes binding (no PyTorch needed) and its API (PyTorch, GPU).
+for _module in ("test_library.py", "test_torch_api.py"):
+    globals().update(_import_tests(Path(__file__).resolve().parent / "tests" / "python" / _module))
 
 REPO = Path(__file__).resolve().parent
 BIN = Path(os.environ.get("FMHA_BIN_DIR", REPO / "bin"))
@@ -66,7 +81,7 @@ def gtest_cases(binary):
 def gtest_results(tmp_path_factory):
     """Runs each GoogleTest binary once; returns {binary: {test: (status, message)}}."""
     results = {}
-    for binary in ("fmha_unit_tests", "fmha_gpu_tests"):
+    for binary in ("fmha_unit_tests", "fmha_gpu_tests", "fmha_capi_tests"):
         path = BIN / binary
         if not path.exists():
             continue
@@ -108,6 +123,11 @@ def test_unit(gtest_results, case):
 @pytest.mark.parametrize("case", gtest_cases("fmha_gpu_tests"))
 def test_gpu(gtest_results, case):
     check_gtest(gtest_results, "fmha_gpu_tests", case)
+
+
+@pytest.mark.parametrize("case", gtest_cases("fmha_capi_tests"))
+def test_capi(gtest_results, case):
+    check_gtest(gtest_results, "fmha_capi_tests", case)
 
 
 # ---------------------------------------------------------------- fmha.exe without a GPU

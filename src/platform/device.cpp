@@ -44,7 +44,22 @@ std::string no_device_cause(hipError_t err) {
     return std::string("the AMD driver sees no GPU: ") + hipGetErrorString(err);
 }
 
+std::string arch_name_of(const hipDeviceProp_t& prop) {
+    if (build_platform() == Platform::nvidia) return "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+    const std::string name = prop.gcnArchName;
+    return name.substr(0, name.find(':'));  // "gfx90a:sramecc+:xnack-"
+}
+
 }  // namespace
+
+std::string device_arch_name(int device, std::string* error) {
+    hipDeviceProp_t prop;
+    if (const hipError_t err = hipGetDeviceProperties(&prop, device); err != hipSuccess) {
+        *error = std::string("device ") + std::to_string(device) + ": " + hipGetErrorString(err);
+        return "";
+    }
+    return arch_name_of(prop);
+}
 
 DeviceInfo query_device() {
     DeviceInfo info;
@@ -63,12 +78,7 @@ DeviceInfo query_device() {
     }
     info.found = true;
     info.name = prop.name;
-    if (build_platform() == Platform::nvidia) {
-        info.arch_name = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
-    } else {
-        info.arch_name = prop.gcnArchName;
-        info.arch_name = info.arch_name.substr(0, info.arch_name.find(':'));  // "gfx90a:sramecc+:xnack-"
-    }
+    info.arch_name = arch_name_of(prop);
     info.arch = arch_for_device(info.arch_name);
     info.multiprocessors = prop.multiProcessorCount;
     info.l2_bytes = static_cast<size_t>(prop.l2CacheSize);

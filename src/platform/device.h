@@ -27,6 +27,9 @@ struct DeviceInfo {
 
 DeviceInfo query_device();
 
+// The runtime's arch name of a device ("sm_90", "gfx90a"); empty, with *error set, on failure.
+std::string device_arch_name(int device, std::string* error);
+
 // The catalogue arch whose device names include arch_name ("sm_90" -> sm90), if any.
 std::optional<Arch> arch_for_device(const std::string& arch_name);
 

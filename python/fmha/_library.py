@@ -1,0 +1,139 @@
+"""libfmha.so through ctypes: the C ABI of src/capi/fmha_capi.h. Needs no PyTorch.
+
+The library is looked for, in order: $FMHA_LIBRARY; next to this file (lib/libfmha.so, where
+`pip install ./python` puts it); the repository's bin/ and build/<platform>/ (in-tree use after
+`make`). It is loaded once, on first use.
+"""
+import ctypes
+import os
+from pathlib import Path
+
+ABI_VERSION = 1  # FMHA_ABI_VERSION of the header these structures mirror
+
+# fmha_status
+OK, INVALID_ARGUMENT, NO_KERNEL, NO_DEVICE, RUNTIME_ERROR = range(5)
+# fmha_dtype
+FP16, BF16 = 0, 1
+
+_c_int32, _c_int64, _ptr = ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p
+
+
+class Problem(ctypes.Structure):
+    """fmha_problem: the sizes and options that choose a kernel."""
+    _fields_ = [("dtype", _c_int32), ("batch", _c_int32), ("heads_q", _c_int32), ("heads_kv", _c_int32),
+                ("seqlen_q", _c_int32), ("seqlen_kv", _c_int32), ("head_dim", _c_int32), ("causal", _c_int32),
+                ("window", _c_int32), ("scale", ctypes.c_float)]
+
+
+class Tensors(ctypes.Structure):
+    """fmha_tensors, with each fmha_strides spelled out as its three int64 fields (the same
+    layout) so that one constructor call fills it."""
+    _fields_ = [("q", _ptr), ("k", _ptr), ("v", _ptr), ("o", _ptr)] + [
+        (f"{name}_{dim}_stride", _c_int64) for name in "qkvo" for dim in ("batch", "head", "row")] + [
+        ("seqlens_q", _ptr), ("seqlens_kv", _ptr), ("lse", _ptr)]
+
+
+class Plan(ctypes.Structure):
+    """fmha_plan: the chosen kernel, its device and the workspace bytes its launch needs."""
+    _fields_ = [("kernel", _c_int32), ("device", _c_int32), ("workspace_bytes", ctypes.c_uint64)]
+
+
+class LibraryError(RuntimeError):
+    """A failed C ABI call: `status` is the fmha_status, the message fmha_last_error()."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+def candidate_paths():
+    here = Path(__file__).resolve().parent
+    repo = here.parent.parent
+    paths = [Path(os.environ["FMHA_LIBRARY"])] if os.environ.get("FMHA_LIBRARY") else []
+    paths.append(here / "lib" / "libfmha.so")
+    paths += [repo / "bin" / "libfmha.so", repo / "build" / "nvidia" / "libfmha.so", repo / "build" / "amd" / "libfmha.so"]
+    return paths
+
+
+class Library:
+    """The loaded libfmha.so, with its functions typed."""
+
+    def __init__(self, path):
+        self.path = path
+        lib = ctypes.CDLL(str(path))
+        self._lib = lib
+        signatures = {
+            "fmha_abi_version": (_c_int32, []),
+            "fmha_last_error": (ctypes.c_char_p, []),
+            "fmha_build_platform": (ctypes.c_char_p, []),
+            "fmha_kernel_count": (_c_int32, []),
+            "fmha_kernel_name": (ctypes.c_char_p, [_c_int32]),
+            "fmha_device_arch": (ctypes.c_int, [_c_int32, ctypes.POINTER(ctypes.c_char_p)]),
+            "fmha_plan_forward": (ctypes.c_int, [ctypes.POINTER(Problem), _c_int32, ctypes.POINTER(Plan),
+                                                 ctypes.c_char_p, ctypes.c_size_t]),
+            "fmha_forward": (ctypes.c_int, [ctypes.POINTER(Plan), ctypes.POINTER(Problem), ctypes.POINTER(Tensors),
+                                            _ptr, ctypes.c_uint64, _ptr]),
+        }
+        for name, (restype, argtypes) in signatures.items():
+            function = getattr(lib, name)
+            function.restype, function.argtypes = restype, argtypes
+        version = lib.fmha_abi_version()
+        if version != ABI_VERSION:
+            raise OSError(f"{path} has C ABI version {version}, this package needs {ABI_VERSION}: rebuild with make "
+                          "and reinstall the package")
+        self.platform = lib.fmha_build_platform().decode()
+        # The launch itself, called directly on the hot path:
+        # forward(plan, problem, tensors, workspace, workspace_bytes, stream) -> status.
+        self.forward = lib.fmha_forward
+
+    def last_error(self):
+        return self._lib.fmha_last_error().decode()
+
+    def check(self, status):
+        if status != OK:
+            raise LibraryError(status, self.last_error())
+
+    def kernel_names(self):
+        return [self._lib.fmha_kernel_name(i).decode() for i in range(self._lib.fmha_kernel_count())]
+
+    def device_arch(self, device):
+        arch = ctypes.c_char_p()
+        self.check(self._lib.fmha_device_arch(device, ctypes.byref(arch)))
+        return arch.value.decode()
+
+    def plan(self, problem, device):
+        """(Plan, reason) for the problem on the device; LibraryError (NO_KERNEL, NO_DEVICE, ...) if none."""
+        plan = Plan()
+        reason = ctypes.create_string_buffer(1024)
+        self.check(self._lib.fmha_plan_forward(problem, device, plan, reason, len(reason)))
+        return plan, reason.value.decode()
+
+    def kernel_name(self, kernel):
+        name = self._lib.fmha_kernel_name(kernel)
+        return name.decode() if name is not None else None
+
+
+_loaded = None      # the Library, once loaded
+_load_error = None  # why it could not be, once tried
+
+
+def load():
+    """The Library; OSError saying where it was looked for when it cannot be loaded."""
+    global _loaded, _load_error
+    if _loaded is not None:
+        return _loaded
+    if _load_error is None:
+        tried = []
+        for path in candidate_paths():
+            if not path.is_file():
+                tried.append(f"{path} (absent)")
+                continue
+            try:
+                _loaded = Library(path)
+                return _loaded
+            except OSError as error:
+                tried.append(f"{path} ({error})")
+        _load_error = ("libfmha.so was not found or not loadable: " + "; ".join(tried) +
+                       ". Build it with `make` at the repository root (then `pip install ./python` to install it), "
+                       "or point FMHA_LIBRARY at it")
+    raise OSError(_load_error)

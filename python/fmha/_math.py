@@ -1,0 +1,92 @@
+"""Attention in PyTorch operations: the fallback forward (SDPA) and the backward of every call.
+
+Tensors are FlashAttention's [batch, seqlen, heads, head_dim]; seqlens_q / seqlens_kv (int32
+[batch] or None) give per-sequence lengths inside padded buffers; (left, right) is the window
+of fmha._checks.window (causal: right = 0), bottom-right aligned per sequence.
+"""
+import torch
+import torch.nn.functional as F
+
+
+def visible_keys(q, k, seqlens_q, seqlens_kv, left, right):
+    """Bool [batch or 1, 1, seqlen_q, seqlen_kv]: which keys each query row sees; None when all."""
+    if left < 0 and right < 0 and seqlens_q is None and seqlens_kv is None:
+        return None
+    seqlen_q, seqlen_kv = q.shape[1], k.shape[1]
+    rows = torch.arange(seqlen_q, device=q.device).view(1, -1, 1)
+    keys = torch.arange(seqlen_kv, device=q.device).view(1, 1, -1)
+    len_q = seqlens_q.view(-1, 1, 1).long() if seqlens_q is not None else seqlen_q
+    len_kv = seqlens_kv.view(-1, 1, 1).long() if seqlens_kv is not None else seqlen_kv
+    diagonal = rows + len_kv - len_q
+    visible = (keys < len_kv) & (rows < len_q)
+    if right >= 0:
+        visible = visible & (keys <= diagonal + right)
+    if left >= 0:
+        visible = visible & (keys >= diagonal - left)
+    return visible.unsqueeze(1)
+
+
+def _heads_first(q, k, v):
+    """[b, h, s, d] views, with K and V repeated to q's heads (GQA/MQA)."""
+    group = q.shape[2] // k.shape[2]
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return q, k, v
+
+
+def _probabilities(q, k, visible, scale):
+    """fp32 softmax probabilities [b, h, s_q, s_kv] and natural-log LSE [b, h, s_q]; a row that
+    sees no key has probabilities 0 and LSE -inf."""
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if visible is not None:
+        scores = scores.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    finite = torch.isfinite(lse).unsqueeze(-1)
+    probabilities = torch.where(finite, torch.exp(scores - lse.unsqueeze(-1)), torch.zeros_like(scores))
+    return probabilities, lse
+
+
+def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse):
+    """(out [b, s_q, h, d] contiguous, LSE [b, h, s_q] or None), differentiable. Without LSE,
+    PyTorch's scaled_dot_product_attention; with it, the same math in fp32 (SDPA returns none)."""
+    visible = visible_keys(q, k, seqlens_q, seqlens_kv, left, right)
+    if return_lse:
+        qh, kh, vh = _heads_first(q, k, v)
+        probabilities, lse = _probabilities(qh, kh, visible, scale)
+        if dropout_p > 0:
+            probabilities = F.dropout(probabilities, dropout_p)
+        out = torch.matmul(probabilities, vh.float()).to(q.dtype)
+        return out.transpose(1, 2).contiguous(), lse
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=visible, dropout_p=dropout_p, scale=scale,
+                                         enable_gqa=q.shape[2] != k.shape[2])
+    if visible is not None:  # SDPA gives NaN where a row sees no key; FlashAttention gives 0
+        out = out.masked_fill(~visible.any(dim=-1, keepdim=True), 0)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right):
+    """(dq, dk, dv) of out (and LSE, when grad_lse is given) by recomputing the probabilities in
+    fp32: dV = P^T dO; dS = P (dO V^T - rowsum(P * dO V^T) + dLSE); dQ = scale dS K;
+    dK = scale dS^T Q; K and V gradients summed over each KV head's group."""
+    batch, seqlen_q, heads, head_dim = q.shape
+    seqlen_kv, heads_kv = k.shape[1], k.shape[2]
+    visible = visible_keys(q, k, seqlens_q, seqlens_kv, left, right)
+    qh, kh, vh = _heads_first(q, k, v)
+    probabilities, _ = _probabilities(qh, kh, visible, scale)
+    grad_out = grad_out.transpose(1, 2).float()
+    grad_v = torch.matmul(probabilities.transpose(-1, -2), grad_out)
+    grad_p = torch.matmul(grad_out, vh.float().transpose(-1, -2))
+    grad_s = grad_p - (probabilities * grad_p).sum(dim=-1, keepdim=True)
+    if grad_lse is not None and grad_lse.numel() > 0:
+        grad_s = grad_s + grad_lse.float().unsqueeze(-1)
+    grad_s = probabilities * grad_s
+    grad_q = torch.matmul(grad_s, kh.float()) * scale
+    grad_k = torch.matmul(grad_s.transpose(-1, -2), qh.float()) * scale
+    group = heads // heads_kv
+    if group > 1:
+        grad_k = grad_k.view(batch, heads_kv, group, seqlen_kv, head_dim).sum(dim=2)
+        grad_v = grad_v.view(batch, heads_kv, group, seqlen_kv, head_dim).sum(dim=2)
+    return (grad_q.transpose(1, 2).to(q.dtype), grad_k.transpose(1, 2).to(k.dtype),
+            grad_v.transpose(1, 2).to(v.dtype))

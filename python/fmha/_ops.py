@@ -1,0 +1,63 @@
+"""fmha::attention, the PyTorch custom operator every public function goes through when
+autograd or torch.compile is involved: its fake implementation gives torch.compile the output
+shapes, and its backward recomputes attention in PyTorch (fmha._math.attention_backward).
+
+Forward-only eager calls skip the dispatcher and call the backends directly: the same work,
+without the operator's per-call cost (a decode step is a few microseconds of kernel).
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from . import _math, backends
+
+
+@torch.library.custom_op("fmha::attention", mutates_args=())
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlens_q: Optional[torch.Tensor],
+                 seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int, window_right: int,
+                 dropout_p: float, return_lse: bool, strict: Optional[bool]) -> Tuple[torch.Tensor, torch.Tensor]:
+    out, lse = backends.run(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p,
+                            return_lse, strict)
+    return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
+
+
+@attention_op.register_fake
+def _attention_fake(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, return_lse,
+                    strict):
+    batch, seqlen_q, heads, head_dim = q.shape
+    lse_shape = (batch, heads, seqlen_q) if return_lse else (0,)
+    return q.new_empty((batch, seqlen_q, heads, head_dim)), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, _, _ = inputs
+    ctx.save_for_backward(q, k, v, seqlens_q, seqlens_kv)
+    ctx.options = (softmax_scale, window_left, window_right, dropout_p)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, seqlens_q, seqlens_kv = ctx.saved_tensors
+    scale, left, right, dropout_p = ctx.options
+    if dropout_p > 0:  # fmha.attention routes such calls to PyTorch's own autograd instead
+        raise RuntimeError("fmha::attention has no backward for dropout_p > 0")
+    grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right)
+    return grads + (None,) * 8
+
+
+attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict):
+    """(out [b, s_q, h, d], LSE [b, h, s_q] or None) of checked arguments (fmha._checks), by the
+    cheapest path that is correct for the context: eager forward-only calls run the backend
+    directly; autograd and torch.compile go through the operator."""
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if needs_grad and dropout_p > 0:
+        # No kernel has dropout: PyTorch's SDPA serves the call and its autograd the backward.
+        if not torch.compiler.is_compiling():
+            return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict)
+        return _math.attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse)
+    if needs_grad or torch.compiler.is_compiling():
+        out, lse = attention_op(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict)
+        return out, lse if return_lse else None
+    return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict)

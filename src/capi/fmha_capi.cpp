@@ -1,0 +1,253 @@
+// The C ABI over the runtime: kernel table, heuristics and launch; nothing of fmha.exe.
+#include "capi/fmha_capi.h"
+
+#include <hip/hip_runtime_api.h>
+
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fmha/heuristics.h"
+#include "fmha/kernel_table.h"
+#include "fmha/problem.h"
+#include "platform/device.h"
+
+// python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
+static_assert(sizeof(fmha_problem) == 40 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_tensors) == 152 && offsetof(fmha_tensors, seqlens_q) == 128,
+              "C ABI layout changed: bump FMHA_ABI_VERSION");
+
+namespace fmha {
+namespace {
+
+thread_local std::string last_error;
+
+fmha_status fail(fmha_status status, std::string message) {
+    last_error = std::move(message);
+    return status;
+}
+
+// Runs body, turning any C++ exception into a status: nothing may unwind through the C ABI.
+template <class Body>
+fmha_status guarded(Body&& body) {
+    try {
+        return body();
+    } catch (const std::exception& e) {
+        return fail(FMHA_RUNTIME_ERROR, std::string("internal error: ") + e.what());
+    } catch (...) {
+        return fail(FMHA_RUNTIME_ERROR, "internal error");
+    }
+}
+
+fmha_status to_problem(const fmha_problem* c, Problem* p) {
+    if (!c) return fail(FMHA_INVALID_ARGUMENT, "problem is NULL");
+    if (c->dtype != FMHA_FP16 && c->dtype != FMHA_BF16)
+        return fail(FMHA_INVALID_ARGUMENT, "problem.dtype must be FMHA_FP16 (0) or FMHA_BF16 (1), got " + std::to_string(c->dtype));
+    p->dtype = c->dtype == FMHA_BF16 ? DType::bf16 : DType::fp16;
+    p->batch = c->batch;
+    p->heads_q = c->heads_q;
+    p->heads_kv = c->heads_kv;
+    p->seqlen_q = c->seqlen_q;
+    p->seqlen_kv = c->seqlen_kv;
+    p->head_dim = c->head_dim;
+    p->causal = c->causal != 0;
+    p->window = c->window;
+    p->scale = c->scale;
+    std::string errors;
+    for (const std::string& error : p->validate()) errors += (errors.empty() ? "" : "; ") + error;
+    if (!errors.empty()) return fail(FMHA_INVALID_ARGUMENT, "invalid problem: " + errors);
+    return FMHA_OK;
+}
+
+// The catalogue arch of each device, asked of the runtime once: a launch pays no device query.
+struct DeviceArch {
+    std::string name;          // as the runtime says it ("sm_90")
+    std::optional<Arch> arch;  // the catalogue's, when this build knows it
+};
+
+// *out points into the cache, whose entries never move or change once made.
+fmha_status device_arch(int device, const DeviceArch** out) {
+    static std::mutex mutex;
+    static std::map<int, DeviceArch> cache;
+    if (device < 0) return fail(FMHA_INVALID_ARGUMENT, "device must be non-negative, got " + std::to_string(device));
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(device); it != cache.end()) {
+        *out = &it->second;
+        return FMHA_OK;
+    }
+    std::string error;
+    DeviceArch found;
+    found.name = device_arch_name(device, &error);
+    if (found.name.empty()) {
+        const DeviceInfo info = query_device();  // names the cause when there is no GPU at all
+        return fail(FMHA_NO_DEVICE, info.found ? error : "no GPU: " + info.error);
+    }
+    found.arch = arch_for_device(found.name);
+    *out = &(cache[device] = found);
+    return FMHA_OK;
+}
+
+fmha_status catalogue_arch(int device, Arch* arch) {
+    const DeviceArch* found = nullptr;
+    if (const fmha_status status = device_arch(device, &found); status != FMHA_OK) return status;
+    if (!found->arch)
+        return fail(FMHA_NO_DEVICE, "device " + std::to_string(device) + " is " + found->name +
+                                        ", not an arch of the catalogue (" + token(build_platform()) + " build)");
+    *arch = *found->arch;
+    return FMHA_OK;
+}
+
+// Makes `device` current for the scope (launchers and workspace sizes use the current device).
+class DeviceScope {
+public:
+    explicit DeviceScope(int device) {
+        if (hipGetDevice(&previous_) == hipSuccess && previous_ != device && hipSetDevice(device) == hipSuccess)
+            restore_ = true;
+    }
+    ~DeviceScope() {
+        if (restore_) (void)hipSetDevice(previous_);
+    }
+    DeviceScope(const DeviceScope&) = delete;
+    DeviceScope& operator=(const DeviceScope&) = delete;
+
+private:
+    int previous_ = 0;
+    bool restore_ = false;
+};
+
+fmha_status check_tensor(const char* name, const void* data, const fmha_strides& s) {
+    if (!data) return fail(FMHA_INVALID_ARGUMENT, std::string("tensors.") + name + " is NULL");
+    if (reinterpret_cast<uintptr_t>(data) % 16 != 0)
+        return fail(FMHA_INVALID_ARGUMENT, std::string("tensors.") + name + " is not 16-byte aligned");
+    for (int64_t stride : {s.batch, s.head, s.row}) {
+        if (stride < 0 || stride % 8 != 0)
+            return fail(FMHA_INVALID_ARGUMENT, std::string("tensors.") + name + "_strides (" + std::to_string(s.batch) + ", " +
+                                                   std::to_string(s.head) + ", " + std::to_string(s.row) +
+                                                   ") must be non-negative multiples of 8 elements (16 bytes)");
+    }
+    return FMHA_OK;
+}
+
+TensorStrides to_strides(const fmha_strides& s) { return {s.batch, s.head, s.row}; }
+
+const std::vector<std::string>& kernel_names() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> all;
+        for (const KernelEntry& entry : kernel_table()) all.push_back(kernel_name(entry.key));
+        return all;
+    }();
+    return names;
+}
+
+}  // namespace
+}  // namespace fmha
+
+using namespace fmha;
+
+extern "C" {
+
+int32_t fmha_abi_version(void) { return FMHA_ABI_VERSION; }
+
+const char* fmha_last_error(void) { return last_error.c_str(); }
+
+const char* fmha_build_platform(void) { return token(build_platform()); }
+
+int32_t fmha_kernel_count(void) { return static_cast<int32_t>(kernel_table().size()); }
+
+const char* fmha_kernel_name(int32_t kernel) {
+    const auto& names = kernel_names();
+    return kernel >= 0 && size_t(kernel) < names.size() ? names[kernel].c_str() : nullptr;
+}
+
+fmha_status fmha_device_arch(int32_t device, const char** arch) {
+    return guarded([&] {
+        if (!arch) return fail(FMHA_INVALID_ARGUMENT, "arch is NULL");
+        Arch found;
+        if (const fmha_status status = catalogue_arch(device, &found); status != FMHA_OK) return status;
+        *arch = token(found);
+        return FMHA_OK;
+    });
+}
+
+fmha_status fmha_plan_forward(const fmha_problem* problem, int32_t device, fmha_plan* plan, char* reason,
+                              size_t reason_size) {
+    return guarded([&] {
+        if (!plan) return fail(FMHA_INVALID_ARGUMENT, "plan is NULL");
+        Problem p;
+        if (const fmha_status status = to_problem(problem, &p); status != FMHA_OK) return status;
+        Arch arch;
+        if (const fmha_status status = catalogue_arch(device, &arch); status != FMHA_OK) return status;
+        const Selection selection = select_kernel(p, arch);
+        if (!selection.entry) return fail(FMHA_NO_KERNEL, selection.reason + "; " + regenerate_advice(p, arch));
+        const DeviceScope scope(device);
+        plan->kernel = static_cast<int32_t>(selection.entry - kernel_table().data());
+        plan->device = device;
+        plan->workspace_bytes = selection.entry->workspace(shape_params(p));
+        if (reason && reason_size > 0) {
+            std::strncpy(reason, selection.reason.c_str(), reason_size - 1);
+            reason[reason_size - 1] = '\0';
+        }
+        return FMHA_OK;
+    });
+}
+
+fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, const fmha_tensors* tensors,
+                         void* workspace, uint64_t workspace_bytes, void* stream) {
+    return guarded([&] {
+        if (!plan) return fail(FMHA_INVALID_ARGUMENT, "plan is NULL");
+        if (!tensors) return fail(FMHA_INVALID_ARGUMENT, "tensors is NULL");
+        const auto& table = kernel_table();
+        if (plan->kernel < 0 || size_t(plan->kernel) >= table.size())
+            return fail(FMHA_INVALID_ARGUMENT, "plan.kernel " + std::to_string(plan->kernel) + " is not in [0, " +
+                                                   std::to_string(table.size()) + "): use fmha_plan_forward");
+        Problem p;
+        if (const fmha_status status = to_problem(problem, &p); status != FMHA_OK) return status;
+        const KernelEntry& entry = table[plan->kernel];
+        std::string why_not;
+        if (!kernel_supports(entry.key, p, &why_not))
+            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + kernel_name(entry.key) + " does not fit the problem: " + why_not);
+        const fmha_tensors& t = *tensors;
+        fmha_status checked = check_tensor("q", t.q, t.q_strides);  // the first misfit names itself
+        if (checked == FMHA_OK) checked = check_tensor("k", t.k, t.k_strides);
+        if (checked == FMHA_OK) checked = check_tensor("v", t.v, t.v_strides);
+        if (checked == FMHA_OK) checked = check_tensor("o", t.o, t.o_strides);
+        if (checked != FMHA_OK) return checked;
+        Arch arch;
+        if (const fmha_status status = catalogue_arch(plan->device, &arch); status != FMHA_OK) return status;
+        if (arch != entry.key.arch)
+            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + kernel_name(entry.key) + " is not for device " +
+                                                   std::to_string(plan->device) + " (" + token(arch) + ")");
+
+        FwdParams params = shape_params(p);
+        params.q = t.q;
+        params.k = t.k;
+        params.v = t.v;
+        params.o = t.o;
+        params.q_strides = to_strides(t.q_strides);
+        params.k_strides = to_strides(t.k_strides);
+        params.v_strides = to_strides(t.v_strides);
+        params.o_strides = to_strides(t.o_strides);
+        params.seqlens_q = t.seqlens_q;
+        params.seqlens_kv = t.seqlens_kv;
+        params.lse = t.lse;
+        params.workspace = workspace;
+        params.workspace_bytes = workspace_bytes;
+
+        const DeviceScope scope(plan->device);
+        const size_t needed = entry.workspace(params);
+        if (needed > 0 && (!workspace || workspace_bytes < needed))
+            return fail(FMHA_INVALID_ARGUMENT, "workspace: " + kernel_name(entry.key) + " needs " + std::to_string(needed) +
+                                                   " bytes for this problem, got " + std::to_string(workspace_bytes) +
+                                                   (workspace ? "" : " (NULL)"));
+        if (const hipError_t err = entry.launch(params, static_cast<hipStream_t>(stream)); err != hipSuccess)
+            return fail(FMHA_RUNTIME_ERROR, "launching " + kernel_name(entry.key) + ": " + hipGetErrorString(err));
+        return FMHA_OK;
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,98 @@
+/* fmha's C ABI (libfmha.so): choose a catalogue kernel for a problem and launch it on the
+ * caller's stream with the caller's workspace. Plain C, so that any language's foreign-function
+ * interface (Python's ctypes, a C++ framework's extension) can call it.
+ *
+ * Every function returns an fmha_status; on failure fmha_last_error() says why (per thread).
+ * Nothing here allocates device memory, synchronises, or prints.
+ */
+#ifndef FMHA_CAPI_H
+#define FMHA_CAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever a struct below or a signature changes; callers check it before anything. */
+#define FMHA_ABI_VERSION 1
+
+typedef enum fmha_status {
+    FMHA_OK = 0,
+    FMHA_INVALID_ARGUMENT = 1, /* a null or malformed argument: the message names it */
+    FMHA_NO_KERNEL = 2,        /* valid, but this build has no kernel for it (message: the generator command) */
+    FMHA_NO_DEVICE = 3,        /* no GPU, or the device is not an arch of this build */
+    FMHA_RUNTIME_ERROR = 4     /* the GPU runtime refused (message: its error string) */
+} fmha_status;
+
+typedef enum fmha_dtype { FMHA_FP16 = 0, FMHA_BF16 = 1 } fmha_dtype;
+
+/* Element strides of a [batch, heads, seq, head_dim] tensor whose last dimension is contiguous:
+ * FlashAttention's [batch, seq, heads, head_dim] and the seed's [batch, heads, seq, head_dim]
+ * differ only in these numbers. Kernels read 16 bytes at a time: multiples of 8 elements. */
+typedef struct fmha_strides {
+    int64_t batch, head, row;
+} fmha_strides;
+
+/* The sizes and options of one forward call: what chooses the kernel. */
+typedef struct fmha_problem {
+    int32_t dtype; /* fmha_dtype */
+    int32_t batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim;
+    int32_t causal; /* bottom-right aligned: query i sees keys j <= i + len_kv - len_q */
+    int32_t window; /* causal only: the keys seen end at that diagonal and number at most this; 0 = no limit */
+    float scale;    /* softmax scale on Q.K^T; 0 = 1/sqrt(head_dim) */
+} fmha_problem;
+
+/* Device pointers of one call. Q and O are [batch, heads_q, seqlen_q, head_dim] by their strides,
+ * K and V [batch, heads_kv, seqlen_kv, head_dim]; 16-byte aligned. */
+typedef struct fmha_tensors {
+    const void* q;
+    const void* k;
+    const void* v;
+    void* o;
+    fmha_strides q_strides, k_strides, v_strides, o_strides;
+    const int32_t* seqlens_q;  /* per-sequence lengths [batch] (<= the maxima), or NULL for full length */
+    const int32_t* seqlens_kv; /* rows past a sequence's length are neither read nor written */
+    float* lse;                /* NULL, or fp32 [batch, heads_q, seqlen_q] contiguous: natural-log LSE per row */
+} fmha_tensors;
+
+/* A kernel chosen for a problem on a device, and the workspace bytes its launch needs. */
+typedef struct fmha_plan {
+    int32_t kernel; /* index in this build's table (fmha_kernel_name) */
+    int32_t device;
+    uint64_t workspace_bytes;
+} fmha_plan;
+
+int32_t fmha_abi_version(void);
+
+/* Why the last failed call on this thread failed; "" when none has. Valid until the next call. */
+const char* fmha_last_error(void);
+
+/* "nvidia" or "amd". */
+const char* fmha_build_platform(void);
+
+/* The kernels of this build: their count, and each one's name (NULL out of range). */
+int32_t fmha_kernel_count(void);
+const char* fmha_kernel_name(int32_t kernel);
+
+/* The catalogue arch of a device ("sm90", "gfx942"), asked of the runtime once per device. */
+fmha_status fmha_device_arch(int32_t device, const char** arch);
+
+/* The preferred kernel of this build for the problem on the device, its workspace size, and
+ * (when reason is not NULL) why it was chosen. FMHA_NO_KERNEL: fmha_last_error() says what is
+ * missing and the generator command that adds it. */
+fmha_status fmha_plan_forward(const fmha_problem* problem, int32_t device, fmha_plan* plan, char* reason,
+                              size_t reason_size);
+
+/* Launches the plan's kernel on `stream` (a cudaStream_t / hipStream_t; NULL: the default
+ * stream) of the plan's device; asynchronous. Checks that the kernel fits the problem, the
+ * pointers and strides, and the workspace size. */
+fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, const fmha_tensors* tensors,
+                         void* workspace, uint64_t workspace_bytes, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FMHA_CAPI_H */

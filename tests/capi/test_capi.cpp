@@ -1,0 +1,149 @@
+// The C ABI of libfmha.so (src/capi/fmha_capi.h): what it says about bad calls, without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "capi/fmha_capi.h"
+
+extern "C" int fmha_capi_c_caller_version(void);
+
+namespace {
+
+fmha_problem valid_problem() {
+    fmha_problem p{};
+    p.dtype = FMHA_FP16;
+    p.batch = 2;
+    p.heads_q = 8;
+    p.heads_kv = 2;
+    p.seqlen_q = 1;
+    p.seqlen_kv = 64;
+    p.head_dim = 128;
+    return p;
+}
+
+fmha_tensors aligned_tensors() {
+    alignas(16) static char buffer[64];  // never dereferenced: every check here fails first
+    fmha_tensors t{};
+    t.q = t.k = t.v = buffer;
+    t.o = buffer;
+    t.q_strides = t.o_strides = {8 * 128, 128, 8 * 128};
+    t.k_strides = t.v_strides = {2 * 64 * 128, 64 * 128, 128};
+    return t;
+}
+
+// The first kernel of the table whose name contains `part`.
+int32_t kernel_with(const char* part) {
+    for (int32_t i = 0; i < fmha_kernel_count(); ++i)
+        if (std::strstr(fmha_kernel_name(i), part)) return i;
+    return -1;
+}
+
+std::string error() { return fmha_last_error(); }
+
+TEST(CApi, VersionPlatformAndCatalogue) {
+    EXPECT_EQ(fmha_abi_version(), FMHA_ABI_VERSION);
+    EXPECT_EQ(fmha_capi_c_caller_version(), FMHA_ABI_VERSION);
+    const std::string platform = fmha_build_platform();
+    EXPECT_TRUE(platform == "nvidia" || platform == "amd") << platform;
+    ASSERT_GT(fmha_kernel_count(), 0);
+    for (int32_t i = 0; i < fmha_kernel_count(); ++i)
+        EXPECT_EQ(std::string(fmha_kernel_name(i)).rfind("fmha_fwd_", 0), 0u) << i;
+    EXPECT_EQ(fmha_kernel_name(-1), nullptr);
+    EXPECT_EQ(fmha_kernel_name(fmha_kernel_count()), nullptr);
+}
+
+TEST(CApi, PlanRejectsNullAndInvalidProblems) {
+    fmha_plan plan{};
+    EXPECT_EQ(fmha_plan_forward(nullptr, 0, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "problem is NULL");
+    fmha_problem p = valid_problem();
+    EXPECT_EQ(fmha_plan_forward(&p, 0, nullptr, nullptr, 0), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "plan is NULL");
+
+    p.dtype = 7;
+    EXPECT_EQ(fmha_plan_forward(&p, 0, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("problem.dtype must be FMHA_FP16 (0) or FMHA_BF16 (1), got 7"), std::string::npos) << error();
+
+    p = valid_problem();
+    p.heads_kv = 3;
+    EXPECT_EQ(fmha_plan_forward(&p, 0, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("must be a multiple of KV heads (3)"), std::string::npos) << error();
+
+    p = valid_problem();
+    p.batch = 0;
+    EXPECT_EQ(fmha_plan_forward(&p, 0, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("must be positive (got 0)"), std::string::npos) << error();
+
+    p = valid_problem();
+    p.window = 16;  // a window without the causal mask
+    EXPECT_EQ(fmha_plan_forward(&p, 0, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("sliding window needs the causal mask"), std::string::npos) << error();
+
+    p = valid_problem();
+    EXPECT_EQ(fmha_plan_forward(&p, -1, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("device must be non-negative"), std::string::npos) << error();
+}
+
+TEST(CApi, PlanWithoutGpuSaysSo) {
+    fmha_problem p = valid_problem();
+    fmha_plan plan{};
+    char reason[256] = "";
+    const fmha_status status = fmha_plan_forward(&p, 0, &plan, reason, sizeof reason);
+    if (status == FMHA_OK) GTEST_SKIP() << "a GPU is present (planned " << fmha_kernel_name(plan.kernel) << ")";
+    EXPECT_EQ(status, FMHA_NO_DEVICE) << error();
+    EXPECT_NE(error().find("no GPU"), std::string::npos) << error();
+    const char* arch = nullptr;
+    EXPECT_EQ(fmha_device_arch(0, &arch), FMHA_NO_DEVICE);
+    EXPECT_EQ(arch, nullptr);
+}
+
+TEST(CApi, ForwardRejectsBadPlansAndTensors) {
+    const fmha_problem p = valid_problem();
+    const fmha_tensors t = aligned_tensors();
+    fmha_plan plan{};
+    EXPECT_EQ(fmha_forward(nullptr, &p, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "plan is NULL");
+    EXPECT_EQ(fmha_forward(&plan, &p, nullptr, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "tensors is NULL");
+    plan.kernel = -1;
+    EXPECT_EQ(fmha_forward(&plan, &p, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("plan.kernel -1 is not in [0, "), std::string::npos) << error();
+
+    // A causal kernel for a problem without a mask.
+    plan.kernel = kernel_with("_causal_");
+    ASSERT_GE(plan.kernel, 0) << "the catalogue has no causal kernel";
+    EXPECT_EQ(fmha_forward(&plan, &p, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("does not fit the problem"), std::string::npos) << error();
+
+    plan.kernel = kernel_with("_fp16_d128_gqa_nomask_");
+    if (plan.kernel < 0) GTEST_SKIP() << "no fp16 d128 gqa kernel in this catalogue";
+    fmha_tensors bad = t;
+    bad.k = nullptr;
+    EXPECT_EQ(fmha_forward(&plan, &p, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "tensors.k is NULL");
+    bad = t;
+    bad.v = static_cast<const char*>(t.v) + 2;
+    EXPECT_EQ(fmha_forward(&plan, &p, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "tensors.v is not 16-byte aligned");
+    bad = t;
+    bad.o_strides.row = 132;
+    bad.q_strides.head = 4;  // the first misfit is the one named
+    EXPECT_EQ(fmha_forward(&plan, &p, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("tensors.q_strides (1024, 4, 1024) must be non-negative multiples of 8"), std::string::npos)
+        << error();
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+    fmha_problem p = valid_problem();
+    p.batch = -1;
+    fmha_plan plan{};
+    ASSERT_EQ(fmha_plan_forward(&p, 0, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);
+    std::string other_thread = "unset";
+    std::thread([&] { other_thread = fmha_last_error(); }).join();
+    EXPECT_EQ(other_thread, "");
+    EXPECT_NE(error().find("must be positive (got -1)"), std::string::npos) << error();
+}
+
+}  // namespace

@@ -1,0 +1,78 @@
+"""The Python package's ctypes binding of libfmha.so, and the package without PyTorch: these
+need neither PyTorch nor a GPU, so they run everywhere `make` has built the library."""
+import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+_REPO = Path(__file__).resolve().parents[2]
+_BIN = Path(os.environ.get("FMHA_BIN_DIR", _REPO / "bin"))
+_LIBRARY = _BIN / "libfmha.so"
+sys.path.append(str(_REPO / "python"))  # the in-tree package, unless one is installed
+from fmha import _library  # noqa: E402  (needs no PyTorch)
+
+
+def _load():
+    assert _LIBRARY.is_file(), f"{_LIBRARY} was not built: run make"
+    return _library.Library(_LIBRARY)
+
+
+def test_python_binding_mirrors_the_c_structs():
+    # The sizes src/capi/fmha_capi.cpp asserts for the C structs.
+    assert ctypes.sizeof(_library.Problem) == 40
+    assert ctypes.sizeof(_library.Plan) == 16
+    assert ctypes.sizeof(_library.Tensors) == 152
+    assert _library.Tensors.seqlens_q.offset == 128
+
+
+def test_python_binding_lists_the_catalogue_of_fmha_exe():
+    library = _load()
+    listing = subprocess.run([str(_BIN / "fmha.exe"), "-list"], capture_output=True, text=True).stdout
+    listed = [line for line in listing.splitlines() if line.startswith("fmha_fwd_")]
+    assert listed and sorted(library.kernel_names()) == sorted(listed)
+    assert library.platform in ("nvidia", "amd")
+
+
+def test_python_binding_reports_errors():
+    library = _load()
+    bad = _library.Problem(_library.FP16, 2, 8, 3, 1, 64, 128, 0, 0, 0.0)
+    with pytest.raises(_library.LibraryError, match=r"heads \(8\) must be a multiple of KV heads \(3\)") as error:
+        library.plan(bad, 0)
+    assert error.value.status == _library.INVALID_ARGUMENT
+    good = _library.Problem(_library.FP16, 2, 8, 2, 1, 64, 128, 0, 0, 0.0)
+    try:
+        plan, reason = library.plan(good, 0)
+    except _library.LibraryError as no_device:
+        assert no_device.status == _library.NO_DEVICE and "no GPU" in str(no_device)
+    else:
+        assert library.kernel_name(plan.kernel).startswith("fmha_fwd_fp16_d128_") and "family" in reason
+
+
+def test_python_binding_names_where_it_looked(monkeypatch, tmp_path):
+    monkeypatch.setattr(_library, "_loaded", None)
+    monkeypatch.setattr(_library, "_load_error", None)
+    monkeypatch.setattr(_library, "candidate_paths", lambda: [tmp_path / "libfmha.so"])
+    with pytest.raises(OSError, match=r"libfmha.so \(absent\).*run|libfmha.so \(absent\).*make"):
+        _library.load()
+
+
+def test_python_package_without_torch_says_it_needs_torch():
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"
+    if subprocess.run([sys.executable, "-c", probe]).returncode == 0:
+        pytest.skip(f"PyTorch is installed in {sys.executable}: the package's API is tested instead")
+    result = subprocess.run([sys.executable, "-c", "import fmha; fmha.flash_attn_func"], capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(_REPO / "python")})
+    assert result.returncode == 1
+    assert "ImportError: fmha.flash_attn_func needs PyTorch" in result.stderr, result.stderr
+
+
+def test_python_package_compiles():
+    """Every module of the package and its tests parses, also where PyTorch is missing to import them."""
+    sources = sorted((_REPO / "python").rglob("*.py")) + sorted((_REPO / "tests" / "python").glob("*.py"))
+    assert len(sources) >= 10
+    for source in sources:
+        if "build" not in source.relative_to(_REPO).parts:
+            compile(source.read_text(), str(source), "exec")  # SyntaxError names the file and line

@@ -1,0 +1,480 @@
+"""The Python API (python/fmha) on PyTorch tensors: every function against an fp64 reference by
+FlashAttention's rule (error at most twice that of the same attention computed by PyTorch in the
+inputs' dtype), autograd, torch.compile, CUDA graphs, fallback and strict mode, bad inputs, and
+fmha.exe's results. Skips, saying why, where PyTorch or a GPU is missing."""
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+_REPO = Path(__file__).resolve().parents[2]
+_BIN = Path(os.environ.get("FMHA_BIN_DIR", _REPO / "bin"))
+
+try:
+    import torch
+except ImportError as error:
+    torch = None
+    _NO_TORCH = f"PyTorch is not installed in {sys.executable} ({error}); the device machine has it"
+else:
+    _NO_TORCH = ""
+_HAS_CUDA = torch is not None and torch.cuda.is_available()
+needs_torch = pytest.mark.skipif(torch is None, reason=_NO_TORCH)
+needs_cuda = pytest.mark.skipif(not _HAS_CUDA, reason=_NO_TORCH or "PyTorch sees no CUDA GPU")
+
+fmha, _IMPORT_ERROR = None, None
+if torch is not None:
+    sys.path.append(str(_REPO / "python"))  # the in-tree package, unless one is installed
+    try:
+        import fmha
+        from fmha import backends as _backends
+    except Exception as error:  # reported by test_torch_package_imports, not as a collection error
+        _IMPORT_ERROR = error
+
+
+def _api():
+    if fmha is None:
+        pytest.fail(f"import fmha failed: {_IMPORT_ERROR!r}")
+    return fmha
+
+
+# ---------------------------------------------------------------- references and comparison
+
+def _reference(q, k, v, causal=False, window=(-1, -1), scale=None, seqlens_q=None, seqlens_kv=None, dtype=None):
+    """Attention computed sequence by sequence in `dtype` (fp64 for the reference, q's dtype for
+    PyTorch's own error): (out [b, s_q, h, d] in q's dtype or fp64, LSE [b, h, s_q])."""
+    dtype = dtype or torch.float64
+    batch, seqlen_q, heads, head_dim = q.shape
+    group = heads // k.shape[2]
+    scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
+    left, right = window[0], 0 if causal else window[1]
+    out = torch.zeros(q.shape, dtype=dtype, device=q.device)
+    lse = torch.full((batch, heads, seqlen_q), float("-inf"), dtype=torch.float64, device=q.device)
+    for b in range(batch):
+        len_q = int(seqlens_q[b]) if seqlens_q is not None else seqlen_q
+        len_kv = int(seqlens_kv[b]) if seqlens_kv is not None else k.shape[1]
+        qb = q[b, :len_q].transpose(0, 1).to(dtype)                                  # [h, lq, d]
+        kb = k[b, :len_kv].transpose(0, 1).to(dtype).repeat_interleave(group, dim=0)  # [h, lk, d]
+        vb = v[b, :len_kv].transpose(0, 1).to(dtype).repeat_interleave(group, dim=0)
+        scores = torch.matmul(qb, kb.transpose(1, 2)) * scale
+        rows = torch.arange(len_q, device=q.device).unsqueeze(1) + len_kv - len_q
+        keys = torch.arange(len_kv, device=q.device).unsqueeze(0)
+        visible = torch.ones(len_q, len_kv, dtype=torch.bool, device=q.device)
+        if right >= 0:
+            visible &= keys <= rows + right
+        if left >= 0:
+            visible &= keys >= rows - left
+        scores = scores.masked_fill(~visible, float("-inf"))
+        lse[b, :, :len_q] = torch.logsumexp(scores.double(), dim=-1)
+        probabilities = torch.softmax(scores.float(), dim=-1).to(dtype).nan_to_num(0.0)
+        out[b, :len_q] = torch.matmul(probabilities, vb).transpose(0, 1)
+    return out, lse
+
+
+def _random(*shape, dtype=torch.float16 if torch else None, device="cuda"):
+    return torch.randn(*shape, dtype=dtype, device=device)
+
+
+def _assert_flash_rule(out, reference, pytorch, what="out"):
+    """FlashAttention's test rule: our error at most twice PyTorch's in the same dtype."""
+    ours = (out.double() - reference.double()).abs().max().item()
+    theirs = (pytorch.double() - reference.double()).abs().max().item()
+    assert not torch.isnan(out).any(), f"{what} has NaN"
+    assert ours <= 2 * theirs + 1e-5, f"{what}: max error {ours:.3g} > 2 x PyTorch's {theirs:.3g}"
+
+
+def _check_call(q, k, v, **options):
+    """flash_attn_func served by the catalogue and right by the rule, LSE included."""
+    api = _api()
+    causal, window = options.get("causal", False), options.get("window_size", (-1, -1))
+    choice = api.which_backend(q, k, v, causal=causal, window_size=window)
+    assert choice.backend == "fmha", f"not served by the catalogue: {choice}"
+    out, lse = api.flash_attn_func(q, k, v, return_lse=True, strict=True, **options)
+    reference, reference_lse = _reference(q, k, v, causal, window)
+    pytorch, _ = _reference(q, k, v, causal, window, dtype=q.dtype)
+    _assert_flash_rule(out, reference, pytorch)
+    torch.testing.assert_close(lse.double(), reference_lse, atol=2e-3, rtol=1e-3)
+    return out
+
+
+# ---------------------------------------------------------------- no GPU needed
+
+@needs_torch
+def test_torch_package_imports():
+    api = _api()
+    assert callable(api.flash_attn_func) and issubclass(api.FlashAttention, torch.nn.Module)
+    assert hasattr(torch.ops.fmha, "attention")
+
+
+@needs_torch
+@pytest.mark.parametrize("make_args, error, message", [
+    (lambda: ([1.0], "k", "v"), TypeError, "q must be a torch.Tensor, got list"),
+    (lambda: (torch.zeros(2, 4, 8, 64, dtype=torch.int32),) * 3, TypeError, "q must be a floating-point tensor"),
+    (lambda: (torch.zeros(4, 8, 64), torch.zeros(2, 4, 8, 64), torch.zeros(2, 4, 8, 64)), ValueError,
+     "q must be 4-D [batch, seqlen, heads, head_dim], got shape (4, 8, 64)"),
+    (lambda: (torch.zeros(2, 4, 8, 64), torch.zeros(2, 4, 3, 64), torch.zeros(2, 4, 3, 64)), ValueError,
+     "q's heads (8) must be a multiple of k's and v's heads (3)"),
+    (lambda: (torch.zeros(2, 4, 8, 64), torch.zeros(2, 4, 8, 32), torch.zeros(2, 4, 8, 32)), ValueError,
+     "q's head_dim (64) and k's and v's (32) must be equal"),
+    (lambda: (torch.zeros(2, 4, 64, 8).transpose(2, 3), torch.zeros(2, 4, 8, 64), torch.zeros(2, 4, 8, 64)),
+     ValueError, "q must have a contiguous last dimension"),
+    (lambda: (torch.zeros(2, 4, 8, 64), torch.zeros(2, 4, 8, 64, dtype=torch.float64), torch.zeros(2, 4, 8, 64)),
+     TypeError, "q, k and v must have one dtype"),
+    (lambda: (torch.zeros(2, 4, 8, 64), torch.zeros(3, 4, 8, 64), torch.zeros(3, 4, 8, 64)), ValueError,
+     "q and k must have one batch size, got 2 and 3"),
+    (lambda: (torch.zeros(2, 4, 8, 64), torch.zeros(2, 4, 8, 64), torch.zeros(2, 5, 8, 64)), ValueError,
+     "k and v must have one shape"),
+])
+def test_torch_bad_tensors_raise_naming_the_argument(make_args, error, message):
+    with pytest.raises(error) as raised:
+        _api().flash_attn_func(*make_args())
+    assert message in str(raised.value)
+
+
+@needs_torch
+@pytest.mark.parametrize("options, error, message", [
+    ({"window_size": (-2, 0)}, ValueError, "window_size must be a pair of ints >= -1"),
+    ({"window_size": 5}, ValueError, "window_size must be a pair"),
+    ({"dropout_p": 1.5}, ValueError, "dropout_p must be a float in [0, 1)"),
+    ({"softmax_scale": "x"}, TypeError, "softmax_scale must be a float or None, got str"),
+    ({"softmax_scale": float("nan")}, ValueError, "softmax_scale must be finite"),
+    ({"causal": "yes"}, TypeError, "causal must be a bool"),
+])
+def test_torch_bad_options_raise_naming_the_argument(options, error, message):
+    q = torch.zeros(1, 4, 2, 64)
+    with pytest.raises(error) as raised:
+        _api().flash_attn_func(q, q, q, **options)
+    assert message in str(raised.value)
+
+
+@needs_torch
+def test_torch_bad_cu_seqlens_raise():
+    api = _api()
+    q = torch.zeros(10, 2, 64)
+    good = torch.tensor([0, 4, 10], dtype=torch.int32)
+    cases = [
+        (good.long(), TypeError, "cu_seqlens_q must be int32"),
+        (torch.tensor([[0, 10]], dtype=torch.int32), ValueError, "cu_seqlens_q must be a 1-D int32 tensor"),
+        (torch.tensor([0, 6, 4], dtype=torch.int32), ValueError, "cu_seqlens_q must rise from 0 to the token count 10"),
+        (torch.tensor([0, 4, 9], dtype=torch.int32), ValueError, "last 9"),
+        (torch.tensor([0, 1, 10], dtype=torch.int32), ValueError, "steps of at most 8"),
+    ]
+    for cu_seqlens, error, message in cases:
+        with pytest.raises(error) as raised:
+            api.flash_attn_varlen_func(q, q, q, cu_seqlens, good, 8, 8)
+        assert message in str(raised.value)
+    with pytest.raises(ValueError, match="cu_seqlens_k must be 1-D with 3 entries"):
+        api.flash_attn_varlen_func(q, q, q, good, torch.tensor([0, 10], dtype=torch.int32), 8, 8)
+    with pytest.raises(ValueError, match="max_seqlen_q must be a positive int"):
+        api.flash_attn_varlen_func(q, q, q, good, good, 0, 8)
+
+
+@needs_torch
+def test_torch_kvcache_rejects_what_it_does_not_support():
+    api = _api()
+    q, cache = torch.zeros(2, 1, 4, 64), torch.zeros(2, 16, 4, 64)
+    with pytest.raises(NotImplementedError, match="block_table, softcap not supported"):
+        api.flash_attn_with_kvcache(q, cache, cache, block_table=torch.zeros(2, 1, dtype=torch.int32), softcap=5.0)
+    with pytest.raises(ValueError, match="k and v must be given together"):
+        api.flash_attn_with_kvcache(q, cache, cache, k=torch.zeros(2, 1, 4, 64), cache_seqlens=3)
+    with pytest.raises(ValueError, match=r"cache_seqlens \(16\) \+ new tokens \(1\) must be in \[1, capacity 16\]"):
+        api.flash_attn_with_kvcache(q, cache, cache, k=q, v=q, cache_seqlens=16)
+    with pytest.raises(TypeError, match="cache_seqlens must be int32"):
+        api.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=torch.tensor([1, 2]))
+
+
+@needs_torch
+def test_torch_cpu_tensors_fall_back_correctly():
+    api = _api()
+    q, k, v = (torch.randn(2, 5, 4, 64, dtype=torch.float32) for _ in range(3))
+    choice = api.which_backend(q, k[:, :, :2], v[:, :, :2], causal=True)
+    assert choice.backend == "sdpa" and "on cpu" in choice.reason
+    _backends._warned.clear()
+    with pytest.warns(api.FallbackWarning, match="on cpu"):
+        out, lse = api.flash_attn_func(q, k[:, :, :2], v[:, :, :2], causal=True, return_lse=True)
+    reference, reference_lse = _reference(q, k[:, :, :2], v[:, :, :2], causal=True)
+    torch.testing.assert_close(out.double(), reference, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse.double(), reference_lse, atol=1e-5, rtol=1e-5)
+    with pytest.raises(api.UnsupportedError, match="strict mode.*on cpu"):
+        api.flash_attn_func(q, k, v, strict=True)
+
+
+# ---------------------------------------------------------------- on the GPU
+
+_SHAPES = [  # batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal, window
+    (4, 1, 2, 16, 16, 256, False, (-1, -1)),   # the headline's shape, small batch
+    (3, 1, 300, 8, 2, 128, False, (-1, -1)),   # decode, GQA
+    (2, 4, 513, 8, 1, 64, True, (-1, -1)),     # decode, MQA, causal bottom-right
+    (1, 3, 4000, 4, 4, 128, False, (-1, -1)),  # few long sequences: split keys, workspace
+    (2, 128, 128, 4, 4, 128, True, (-1, -1)),  # prefill, causal
+    (1, 77, 200, 8, 2, 64, False, (-1, -1)),   # prefill, odd lengths, GQA
+    (2, 256, 256, 4, 4, 256, True, (63, 0)),   # causal sliding window
+    (2, 200, 300, 4, 2, 128, False, (31, 0)),  # (left, 0) is a causal window even without causal
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", _SHAPES, ids=lambda s: "b{}_sq{}_skv{}_h{}_{}_d{}_{}_w{}".format(*s[:6], "causal" if s[6] else "nomask", s[7][0]))
+def test_torch_flash_attn_func_matches_fp64(shape, dtype):
+    batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal, window = shape
+    dtype = getattr(torch, dtype)
+    torch.manual_seed(0)
+    q = _random(batch, seqlen_q, heads, head_dim, dtype=dtype)
+    k, v = (_random(batch, seqlen_kv, heads_kv, head_dim, dtype=dtype) for _ in range(2))
+    _check_call(q, k, v, causal=causal, window_size=window)
+
+
+@needs_cuda
+def test_torch_strided_views_are_read_in_place():
+    """Q in the seed's [b, h, s, d] layout and K, V from a packed [b, s, 2, h, d] buffer, as views."""
+    torch.manual_seed(1)
+    batch, seqlen, heads, head_dim = 4, 512, 8, 128
+    q = _random(batch, heads, seqlen, head_dim).transpose(1, 2)
+    kv = _random(batch, seqlen, 2, heads, head_dim)
+    k, v = kv[:, :, 0], kv[:, :, 1]
+    _check_call(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = _api().flash_attn_func(q, k, v, causal=True)
+    # The call allocates its output (4 MiB) and no more: a copy of q, k or v would add 4 MiB.
+    assert torch.cuda.max_memory_allocated() - before <= out.numel() * out.element_size() + (1 << 20)
+
+
+@needs_cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_varlen_matches_fp64(causal):
+    api = _api()
+    torch.manual_seed(2)
+    lengths_q, lengths_k = [5, 1, 37, 64], [17, 1, 64, 90]
+    cu_q = torch.tensor([0] + lengths_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + lengths_k, device="cuda").cumsum(0).int()
+    heads, heads_kv, head_dim = 8, 2, 128
+    q = _random(sum(lengths_q), heads, head_dim)
+    k, v = (_random(sum(lengths_k), heads_kv, head_dim) for _ in range(2))
+    out, lse = api.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
+                                          return_lse=True, strict=True)
+    assert out.shape == q.shape and lse.shape == (heads, q.shape[0])
+    for b in range(len(lengths_q)):
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        args = (q[rows].unsqueeze(0), k[keys].unsqueeze(0), v[keys].unsqueeze(0))
+        reference, reference_lse = _reference(*args, causal=causal)
+        pytorch, _ = _reference(*args, causal=causal, dtype=q.dtype)
+        _assert_flash_rule(out[rows].unsqueeze(0), reference, pytorch, f"sequence {b}")
+        torch.testing.assert_close(lse[:, rows].double(), reference_lse[0], atol=2e-3, rtol=1e-3)
+
+
+@needs_cuda
+@pytest.mark.parametrize("seqlen_q, causal", [(1, False), (2, True)])
+def test_torch_kvcache_per_sequence_lengths(seqlen_q, causal):
+    api = _api()
+    torch.manual_seed(3)
+    batch, capacity, heads, heads_kv, head_dim = 3, 256, 16, 4, 128
+    k_cache, v_cache = (_random(batch, capacity, heads_kv, head_dim) for _ in range(2))
+    filled = torch.tensor([10, 200, 256 - seqlen_q], dtype=torch.int32, device="cuda")
+    q = _random(batch, seqlen_q, heads, head_dim)
+    k_new, v_new = (_random(batch, seqlen_q, heads_kv, head_dim) for _ in range(2))
+    k_before = k_cache.clone()
+    out, lse = api.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=filled, causal=causal,
+                                           return_softmax_lse=True, strict=True)
+    lengths = (filled + seqlen_q).tolist()
+    for b, start in enumerate(filled.tolist()):  # written in place after each sequence's tokens
+        assert torch.equal(k_cache[b, start:start + seqlen_q], k_new[b])
+        assert torch.equal(k_cache[b, :start], k_before[b, :start])
+    reference, reference_lse = _reference(q, k_cache, v_cache, causal, seqlens_kv=lengths)
+    pytorch, _ = _reference(q, k_cache, v_cache, causal, seqlens_kv=lengths, dtype=q.dtype)
+    _assert_flash_rule(out, reference, pytorch)
+    torch.testing.assert_close(lse.double(), reference_lse, atol=2e-3, rtol=1e-3)
+    # One length for all: the cache is sliced, no per-sequence lengths.
+    out_int = api.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=100, causal=causal, strict=True)
+    reference, _ = _reference(q, k_cache[:, :100], v_cache[:, :100], causal)
+    pytorch, _ = _reference(q, k_cache[:, :100], v_cache[:, :100], causal, dtype=q.dtype)
+    _assert_flash_rule(out_int, reference, pytorch, "cache_seqlens=100")
+
+
+@needs_cuda
+def test_torch_module_calls_flash_attn_func():
+    api = _api()
+    q, k, v = (_random(2, 64, 8, 64) for _ in range(3))
+    module = api.FlashAttention(softmax_scale=0.1, attention_dropout=0.2).eval()
+    assert torch.equal(module(q, k, v, causal=True), api.flash_attn_func(q, k, v, softmax_scale=0.1, causal=True))
+    _backends._warned.clear()
+    with pytest.warns(api.FallbackWarning, match="dropout_p=0.2"):
+        assert module.train()(q, k, v).shape == q.shape
+
+
+@needs_cuda
+def test_torch_autograd_matches_fp64():
+    api = _api()
+    torch.manual_seed(4)
+    q = _random(2, 33, 8, 64).requires_grad_()
+    k, v = (_random(2, 70, 2, 64).requires_grad_() for _ in range(2))
+    grad = _random(2, 33, 8, 64)
+    out = api.flash_attn_func(q, k, v, causal=True)
+    ours = torch.autograd.grad(out, (q, k, v), grad)
+    for dtype, name in ((torch.float64, "reference"), (torch.float16, "pytorch")):
+        inputs = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        result, _ = _reference(*inputs, causal=True, dtype=dtype)
+        grads = torch.autograd.grad(result, inputs, grad.to(dtype))
+        if name == "reference":
+            reference = grads
+        else:
+            for what, g, r, p in zip(("dq", "dk", "dv"), ours, reference, grads):
+                _assert_flash_rule(g, r, p, what)
+
+
+@needs_cuda
+def test_torch_compile_fullgraph():
+    api = _api()
+    torch.manual_seed(5)
+    q = _random(2, 16, 8, 128)
+    k, v = (_random(2, 300, 2, 128) for _ in range(2))
+
+    def layer(q, k, v):
+        return api.flash_attn_func(q, k, v, causal=True) * 2
+
+    compiled = torch.compile(layer, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), layer(q, k, v))
+    # Gradients through the compiled graph equal eager ones (the same backward math).
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    eager = torch.autograd.grad(layer(*leaves).float().sum(), leaves)
+    traced = torch.autograd.grad(compiled(*leaves).float().sum(), leaves)
+    for e, t in zip(eager, traced):
+        torch.testing.assert_close(t, e, atol=2e-2, rtol=2e-2)
+    # The KV-cache step, cache written in place inside the graph.
+    k_cache, v_cache = (_random(2, 64, 2, 128) for _ in range(2))
+    lengths = torch.tensor([5, 40], dtype=torch.int32, device="cuda")
+    step = torch.compile(api.flash_attn_with_kvcache, fullgraph=True)
+    caches = (k_cache.clone(), v_cache.clone())
+    expected = api.flash_attn_with_kvcache(q[:, :1], k_cache, v_cache, k[:, :1], v[:, :1], cache_seqlens=lengths)
+    got = step(q[:, :1], caches[0], caches[1], k[:, :1], v[:, :1], cache_seqlens=lengths)
+    assert torch.equal(got, expected) and torch.equal(caches[0], k_cache)
+
+
+def _capture(function):
+    """A CUDA graph of function(), warmed up on a side stream first as PyTorch asks."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            function()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = function()
+    return graph, out
+
+
+@needs_cuda
+def test_torch_cuda_graph_capture_and_replay():
+    api = _api()
+    torch.manual_seed(6)
+    # A prefill call, and a decode step of few long sequences (split keys: workspace from the pool).
+    q, k, v = _random(2, 128, 8, 64), _random(2, 128, 8, 64), _random(2, 128, 8, 64)
+    q_step, k_cache, v_cache = _random(1, 1, 8, 128), _random(1, 8192, 2, 128), _random(1, 8192, 2, 128)
+    lengths = torch.tensor([3000], dtype=torch.int32, device="cuda")
+    graph, (out, out_step) = _capture(lambda: (
+        api.flash_attn_func(q, k, v, causal=True),
+        api.flash_attn_with_kvcache(q_step, k_cache, v_cache, cache_seqlens=lengths)))
+    for new_length in (3000, 8000, 17):
+        for t in (q, k, v, q_step):
+            t.copy_(torch.randn_like(t))
+        lengths.fill_(new_length)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, api.flash_attn_func(q, k, v, causal=True))
+        assert torch.equal(out_step, api.flash_attn_with_kvcache(q_step, k_cache, v_cache, cache_seqlens=lengths))
+
+
+@needs_cuda
+def test_torch_fallback_warns_once_and_names_the_generator_command(monkeypatch):
+    api = _api()
+    q, k, v = (_random(2, 16, 4, 96) for _ in range(3))
+    choice = api.which_backend(q, k, v)
+    if choice.backend == "fmha":
+        pytest.skip(f"this build has a head_dim 96 kernel ({choice.kernel})")
+    assert choice.backend == "sdpa" and "python3 setup.py --refresh --head-dims 96" in choice.reason
+    _backends._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = api.flash_attn_func(q, k, v)
+        api.flash_attn_func(q, k, v)
+    fallbacks = [w for w in caught if issubclass(w.category, api.FallbackWarning)]
+    assert len(fallbacks) == 1 and "--head-dims 96" in str(fallbacks[0].message)
+    reference, _ = _reference(q, k, v)
+    pytorch, _ = _reference(q, k, v, dtype=q.dtype)
+    _assert_flash_rule(out, reference, pytorch)
+    with pytest.raises(api.UnsupportedError, match="--head-dims 96"):
+        api.flash_attn_func(q, k, v, strict=True)
+    monkeypatch.setenv("FMHA_STRICT", "1")
+    with pytest.raises(api.UnsupportedError, match="strict mode"):
+        api.flash_attn_func(q, k, v)
+    monkeypatch.setenv("FMHA_STRICT", "0")
+    api.flash_attn_func(q, k, v)
+
+
+@needs_cuda
+@pytest.mark.parametrize("case, reason", [
+    ("float32", "dtype torch.float32"),
+    ("dropout", "dropout_p=0.1"),
+    ("window", "window_size (8, 8)"),
+    ("misaligned", "not multiples of 16 bytes"),
+])
+def test_torch_fallback_reasons(case, reason):
+    api = _api()
+    q, k, v = (_random(1, 32, 4, 64) for _ in range(3))
+    options = {}
+    if case == "float32":
+        q, k, v = q.float(), k.float(), v.float()
+    elif case == "dropout":
+        options["dropout_p"] = 0.1
+    elif case == "window":
+        options["window_size"] = (8, 8)
+    else:
+        q = _random(1 * 32 * 4 * 64 + 4).narrow(0, 4, 32 * 4 * 64).view(1, 32, 4, 64)  # 8 bytes off
+    choice = api.which_backend(q, k, v, **options)
+    assert choice.backend == "sdpa" and reason in choice.reason, choice
+    _backends._warned.clear()
+    with pytest.warns(api.FallbackWarning, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        out = api.flash_attn_func(q, k, v, **options)
+    if case != "dropout":
+        left, right = options.get("window_size", (-1, -1))
+        reference, _ = _reference(q, k, v, window=(left, right))
+        pytorch, _ = _reference(q, k, v, window=(left, right), dtype=q.dtype)
+        _assert_flash_rule(out, reference, pytorch)
+
+
+@needs_cuda
+def test_torch_which_backend_names_the_kernel():
+    api = _api()
+    q, k, v = _random(8, 1, 32, 128), _random(8, 512, 8, 128), _random(8, 512, 8, 128)
+    choice = api.which_backend(q, k, v)
+    assert choice.backend == "fmha" and choice.kernel.startswith("fmha_fwd_fp16_d128_gqa_nomask_decode_")
+    assert "decode family" in choice.reason and choice.kernel in repr(choice)
+
+
+@needs_cuda
+@pytest.mark.parametrize("args", [
+    ["-b", "64", "-h", "32", "-s", "2", "-s-q", "1", "-d", "256"],         # config 3, smaller batch
+    ["-b", "2", "-h", "8", "-gqa", "2", "-s", "333", "-d", "64", "-causal-mask"],
+], ids=["decode", "prefill"])
+def test_torch_results_equal_fmha_exe(args, tmp_path):
+    """The same kernel on the same inputs from fmha.exe and from Python: the same bits."""
+    api = _api()
+    saved = tmp_path / "tensors"
+    run = subprocess.run([str(_BIN / "fmha.exe"), *args, "-runs", "1", "-warm-up-runs", "0", "-save-tensors",
+                          str(saved)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    import numpy
+    meta = json.loads((saved / "meta.json").read_text())
+    q, k, v, o = (torch.from_numpy(numpy.load(saved / f"{name}.npy")).cuda().transpose(1, 2)
+                  for name in ("q", "k", "v", "o"))  # [b, h, s, d] files, read as [b, s, h, d] views
+    choice = api.which_backend(q, k, v, causal=meta["causal"])
+    assert choice.kernel == meta["kernel"], choice
+    out = api.flash_attn_func(q, k, v, causal=meta["causal"], strict=True)
+    assert torch.equal(out, o), f"max difference {(out.float() - o.float()).abs().max().item()}"
