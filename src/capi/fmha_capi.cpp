@@ -135,15 +135,6 @@ fmha_status check_tensor(const char* name, const void* data, const fmha_strides&
 
 TensorStrides to_strides(const fmha_strides& s) { return {s.batch, s.head, s.row}; }
 
-const std::vector<std::string>& kernel_names() {
-    static const std::vector<std::string> names = [] {
-        std::vector<std::string> all;
-        for (const KernelEntry& entry : kernel_table()) all.push_back(kernel_name(entry.key));
-        return all;
-    }();
-    return names;
-}
-
 }  // namespace
 }  // namespace fmha
 
@@ -160,8 +151,8 @@ const char* fmha_build_platform(void) { return token(build_platform()); }
 int32_t fmha_kernel_count(void) { return static_cast<int32_t>(kernel_table().size()); }
 
 const char* fmha_kernel_name(int32_t kernel) {
-    const auto& names = kernel_names();
-    return kernel >= 0 && size_t(kernel) < names.size() ? names[kernel].c_str() : nullptr;
+    const auto& table = kernel_table();
+    return kernel >= 0 && size_t(kernel) < table.size() ? table[kernel].name : nullptr;
 }
 
 fmha_status fmha_device_arch(int32_t device, const char** arch) {
@@ -210,7 +201,7 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         const KernelEntry& entry = table[plan->kernel];
         std::string why_not;
         if (!kernel_supports(entry.key, p, &why_not))
-            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + kernel_name(entry.key) + " does not fit the problem: " + why_not);
+            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(entry.name) + " does not fit the problem: " + why_not);
         const fmha_tensors& t = *tensors;
         fmha_status checked = check_tensor("q", t.q, t.q_strides);  // the first misfit names itself
         if (checked == FMHA_OK) checked = check_tensor("k", t.k, t.k_strides);
@@ -220,7 +211,7 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         Arch arch;
         if (const fmha_status status = catalogue_arch(plan->device, &arch); status != FMHA_OK) return status;
         if (arch != entry.key.arch)
-            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + kernel_name(entry.key) + " is not for device " +
+            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(entry.name) + " is not for device " +
                                                    std::to_string(plan->device) + " (" + token(arch) + ")");
 
         FwdParams params = shape_params(p);
@@ -241,11 +232,11 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         const DeviceScope scope(plan->device);
         const size_t needed = entry.workspace(params);
         if (needed > 0 && (!workspace || workspace_bytes < needed))
-            return fail(FMHA_INVALID_ARGUMENT, "workspace: " + kernel_name(entry.key) + " needs " + std::to_string(needed) +
+            return fail(FMHA_INVALID_ARGUMENT, "workspace: " + std::string(entry.name) + " needs " + std::to_string(needed) +
                                                    " bytes for this problem, got " + std::to_string(workspace_bytes) +
                                                    (workspace ? "" : " (NULL)"));
         if (const hipError_t err = entry.launch(params, static_cast<hipStream_t>(stream)); err != hipSuccess)
-            return fail(FMHA_RUNTIME_ERROR, "launching " + kernel_name(entry.key) + ": " + hipGetErrorString(err));
+            return fail(FMHA_RUNTIME_ERROR, "launching " + std::string(entry.name) + ": " + hipGetErrorString(err));
         return FMHA_OK;
     });
 }
