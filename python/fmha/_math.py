@@ -50,6 +50,9 @@ def _probabilities(q, k, visible, scale):
 def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse):
     """(out [b, s_q, h, d] contiguous, LSE [b, h, s_q] or None), differentiable. Without LSE,
     PyTorch's scaled_dot_product_attention; with it, the same math in fp32 (SDPA returns none)."""
+    # PyTorch's fused SDPA kernels gave wrong results for a query 8 bytes off 16-byte alignment
+    # (H100, PyTorch 2.11): such inputs go to it as aligned copies.
+    q, k, v = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (q, k, v))
     visible = visible_keys(q, k, seqlens_q, seqlens_kv, left, right)
     if return_lse:
         qh, kh, vh = _heads_first(q, k, v)
