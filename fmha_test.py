@@ -156,7 +156,7 @@ def test_capi(gtest_results, case):
     (["-fp16", "-bf16"], "-fp16 and -bf16 disagree"),
     (["-d", "64", "-d", "128"], "flag -d given twice"),
     (["-d", "96", "-bf16"], "nearest kernels"),
-    (["-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_gfx1100"], "not in this build's catalogue"),
+    (["-kernel", "fmha_fwd_fp16_d72_mha_nomask_prefill_gfx90a"], "not in this build's catalogue"),
     (["-kernel", "fmha_fwd_fp16_d64"], "-kernel fmha_fwd_fp16_d64 is not in this build's catalogue (see -list)"),
     (["-softcapping-scale-bmm1", "-1"], "expects a finite fp32 number > 0 (or 0: off), got '-1'"),
     (["-softcapping-scale-bmm1", "inf"], "expects a finite fp32 number > 0"),

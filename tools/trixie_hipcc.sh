@@ -14,7 +14,12 @@ if [ ! -x "$root/usr/bin/hipcc" ]; then
     echo "$0: no hipcc in $root: run \`make deps\` (as root)" >&2
     exit 1
 fi
-exec unshare --mount --propagation private sh -c '
+# The dependency file (-MF) names the root's headers as the root sees them; rewritten below to
+# where the host sees them, so that Ninja finds them and a second `make` has nothing to do.
+depfile= previous=
+for arg in "$@"; do [ "$previous" = -MF ] && depfile=$arg; previous=$arg; done
+status=0
+unshare --mount --propagation private sh -c '
     root=$1 project=$2 cwd=$3
     shift 3
     bind() { mkdir -p "$root$1" && mount --bind "$1" "$root$1"; }
@@ -22,4 +27,8 @@ exec unshare --mount --propagation private sh -c '
     case $cwd in /|/tmp|/tmp/*|"$project"|"$project"/*) ;; *) bind "$cwd" ;; esac
     launcher=$(test -x "$root/usr/bin/ccache" && echo ccache || true)
     exec chroot "$root" sh -c "cd \"\$1\" && shift && exec $launcher hipcc \"\$@\"" sh "$cwd" "$@"
-' sh "$root" "$project" "$(pwd -P)" "$@"
+' sh "$root" "$project" "$(pwd -P)" "$@" || status=$?
+if [ "$status" -eq 0 ] && [ -n "$depfile" ] && [ -f "$depfile" ]; then
+    sed -i -E "s#(^|[[:space:]])/usr/#\1$root/usr/#g" "$depfile"
+fi
+exit "$status"

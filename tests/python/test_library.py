@@ -17,7 +17,15 @@ from fmha import _library  # noqa: E402  (needs no PyTorch)
 
 def _load():
     assert _LIBRARY.is_file(), f"{_LIBRARY} was not built: run make"
-    return _library.Library(_LIBRARY)
+    try:
+        return _library.Library(_LIBRARY)
+    except OSError as error:
+        # The AMD build of a Debian 12 machine links the Debian 13 root's HIP runtime, which
+        # needs that root's C library: its binaries run through the root's loader, but this
+        # Python cannot load it (docs/setup.md).
+        if "GLIBC_" in str(error) and "toolchain/trixie" in str(error):
+            pytest.skip(f"this Python cannot load a library built against the Debian 13 root's runtime: {error}")
+        raise
 
 
 def test_python_binding_mirrors_the_c_structs():
