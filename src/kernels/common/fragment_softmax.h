@@ -42,20 +42,39 @@ struct FragmentSoftmax {
     template <int N, class RowOf>
     __device__ void update(float (&s)[N], float scale_log2, float (&rescale)[kRows], RowOf row_of) {
         float tile_max[kRows];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) tile_max[r] = -INFINITY;
-#pragma unroll
-        for (int e = 0; e < N; ++e) tile_max[row_of(e)] = fmaxf(tile_max[row_of(e)], s[e]);
+        reduce_rows<4>(s, row_of, [](float a, float b) { return fmaxf(a, b); }, tile_max);
         float reference[kRows];  // what a row's scaled scores subtract (raise_max)
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
+        for (int r = 0; r < kRows; ++r)
             rescale[r] = raise_max(max[r], Group<kLanesPerRow>::max(tile_max[r]) * scale_log2, reference[r]);
-            sum[r] *= rescale[r];
-        }
+#pragma unroll
+        for (int e = 0; e < N; ++e) s[e] = exp2_approx(fmaf(s[e], scale_log2, -reference[row_of(e)]));
+        float tile_sum[kRows];  // one chain: the exponentials it waits for come one by one anyway
+        reduce_rows<1>(s, row_of, [](float a, float b) { return a + b; }, tile_sum);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) sum[r] = fmaf(sum[r], rescale[r], tile_sum[r]);
+    }
+
+    // Each of the thread's rows reduced over its elements of s by op, in kChains interleaved
+    // chains: one serial chain of N / kRows dependent instructions puts its whole latency on
+    // every step (docs/mmaprefill.md). row_of is constant per element once unrolled, and so is
+    // `seen`.
+    template <int kChains, int N, class RowOf, class Op>
+    __device__ static void reduce_rows(const float (&s)[N], RowOf row_of, Op op, float (&out)[kRows]) {
+        static_assert(N / kRows >= kChains, "a chain per element at least");
+        float chain[kRows][kChains];
+        int seen[kRows] = {};
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-            s[e] = exp2_approx(fmaf(s[e], scale_log2, -reference[row_of(e)]));
-            sum[row_of(e)] += s[e];
+            const int r = row_of(e), c = seen[r] % kChains;
+            chain[r][c] = seen[r] < kChains ? s[e] : op(chain[r][c], s[e]);
+            ++seen[r];
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            out[r] = chain[r][0];
+#pragma unroll
+            for (int c = 1; c < kChains; ++c) out[r] = op(out[r], chain[r][c]);
         }
     }
 
