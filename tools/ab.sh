@@ -32,10 +32,17 @@ for version in ${VERSIONS:-}; do
     PID[$name]=$!
     NAMES+=("$name")
 done
+BUILT=()  # a version whose build fails is reported and left out
 for name in "${NAMES[@]}"; do
-    wait "${PID[$name]}" || { tail -30 "$OUT/build_$name.log"; exit 1; }
-    [ "$name" = tree ] || BIN[$name]=$(ls "/tmp/fmha_ab_$name"/build/*/fmha.exe)
+    if wait "${PID[$name]}"; then
+        BUILT+=("$name")
+        [ "$name" = tree ] || BIN[$name]=$(ls "/tmp/fmha_ab_$name"/build/*/fmha.exe)
+    else
+        echo "ab.sh: $name did not build:"; grep -m3 -E "error|spill" "$OUT/build_$name.log" || tail -5 "$OUT/build_$name.log"
+    fi
 done
+NAMES=("${BUILT[@]}")
+[ ${#NAMES[@]} -gt 0 ] || exit 1
 
 IFS=';' read -ra shapes <<< "$SHAPES"
 for shape in "${shapes[@]}"; do
