@@ -108,10 +108,11 @@ def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse):
     current stream, with the workspace from PyTorch's allocator."""
     prepared, qs, ks, vs = launch
     batch, seqlen_q, heads, head_dim = q.shape
-    out = q.new_empty((batch, seqlen_q, heads, head_dim))
-    lse = q.new_empty((batch, heads, seqlen_q), dtype=torch.float32) if return_lse else None
+    device = q.device
+    out = torch.empty(batch, seqlen_q, heads, head_dim, dtype=q.dtype, device=device)
+    lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=device) if return_lse else None
     workspace_bytes = prepared.plan.workspace_bytes
-    workspace = q.new_empty((workspace_bytes,), dtype=torch.uint8) if workspace_bytes else None
+    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device) if workspace_bytes else None
     tensors = _library.Tensors(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
         qs[0], qs[1], qs[2], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],

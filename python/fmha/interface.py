@@ -2,7 +2,7 @@
 GQA/MQA from the head counts, causal masks bottom-right aligned, LSE in natural log."""
 import torch
 
-from . import _checks
+from . import _catalogue, _checks, _fastpath
 from ._ops import attention
 
 
@@ -18,10 +18,16 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     (default: the FMHA_STRICT environment variable). Views whose last dimension is contiguous
     are read in place.
     """
-    _checks.qkv(q, k, v)
-    scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
-    left, right = _checks.window(window_size, causal)
-    out, lse = attention(q, k, v, None, None, scale, left, right, _checks.dropout(dropout_p), return_lse, strict)
+    key, launch = _fastpath.lookup((q, k, v), (dropout_p, softmax_scale, causal, window_size))
+    if launch is not None:
+        out, lse = _catalogue.forward(launch, q, k, v, None, None, return_lse)
+    else:
+        _checks.qkv(q, k, v)
+        scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
+        left, right = _checks.window(window_size, causal)
+        dropout_p = _checks.dropout(dropout_p)
+        _fastpath.keep(key, q, k, v, None, scale, left, right, dropout_p)
+        out, lse = attention(q, k, v, None, None, scale, left, right, dropout_p, return_lse, strict)
     return (out, lse) if return_lse else out
 
 
@@ -94,13 +100,22 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     Positions past the capacity are not written (the last slot is, instead): keep
     cache_seqlens + seqlen_new <= capacity. Returns out, and with return_softmax_lse the LSE.
     """
-    unsupported = {"rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
-                   "cache_batch_idx": cache_batch_idx is not None, "cache_leftpad": cache_leftpad is not None,
-                   "block_table": block_table is not None, "softcap": softcap != 0.0,
-                   "alibi_slopes": alibi_slopes is not None}
-    named = [name for name, given in unsupported.items() if given]
-    if named:
+    if not (rotary_cos is None and rotary_sin is None and cache_batch_idx is None and cache_leftpad is None and
+            block_table is None and softcap == 0.0 and alibi_slopes is None):
+        unsupported = {"rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
+                       "cache_batch_idx": cache_batch_idx is not None, "cache_leftpad": cache_leftpad is not None,
+                       "block_table": block_table is not None, "softcap": softcap != 0.0,
+                       "alibi_slopes": alibi_slopes is not None}
+        named = [name for name, given in unsupported.items() if given]
         raise NotImplementedError(f"flash_attn_with_kvcache: {', '.join(named)} not supported by fmha yet")
+    key = None  # a decode step without new keys: the fast path's kind of call
+    if k is None and v is None and (cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor)):
+        tensors = (q, k_cache, v_cache) if cache_seqlens is None else (q, k_cache, v_cache, cache_seqlens)
+        key, launch = _fastpath.lookup(tensors, (softmax_scale, causal, window_size))
+        if launch is not None:
+            seqlens_kv = cache_seqlens.contiguous() if cache_seqlens is not None else None
+            out, lse = _catalogue.forward(launch, q, k_cache, v_cache, None, seqlens_kv, return_softmax_lse)
+            return (out, lse) if return_softmax_lse else out
     _checks.qkv(q, k_cache, v_cache)
     batch, capacity = k_cache.shape[0], k_cache.shape[1]
     if (k is None) != (v is None):
@@ -140,5 +155,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             v_cache[rows, positions] = v
             seqlens_kv = cache_seqlens + appended
         seqlens_kv = seqlens_kv.contiguous()
+    _fastpath.keep(key, q, k_cache, v_cache, None, scale, left, right, 0.0)
     out, lse = attention(q, k_cache, v_cache, None, seqlens_kv, scale, left, right, 0.0, return_softmax_lse, strict)
     return (out, lse) if return_softmax_lse else out

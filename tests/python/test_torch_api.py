@@ -450,6 +450,50 @@ def test_torch_fallback_reasons(case, reason):
 
 
 @needs_cuda
+def test_torch_repeated_calls_check_what_can_change():
+    """A call like an earlier one reuses its launch (fmha._fastpath): new data gives new results,
+    and what the key does not hold (pointers, autograd, argument types) is still checked."""
+    api = _api()
+    q, k, v = _random(2, 40, 8, 64), _random(2, 70, 2, 64), _random(2, 70, 2, 64)
+    first = _check_call(q, k, v, causal=True)
+    for _ in range(2):  # the second call and on take the kept launch
+        q2, k2, v2 = _random(2, 40, 8, 64), _random(2, 70, 2, 64), _random(2, 70, 2, 64)
+        out = api.flash_attn_func(q2, k2, v2, causal=True)
+        reference, _ = _reference(q2, k2, v2, causal=True)
+        pytorch, _ = _reference(q2, k2, v2, causal=True, dtype=q.dtype)
+        _assert_flash_rule(out, reference, pytorch)
+    assert torch.equal(api.flash_attn_func(q, k, v, causal=True), first)
+    # Same shape and strides, 8 bytes off: falls back, correctly.
+    q_off = _random(q.numel() + 4).narrow(0, 4, q.numel()).view(q.shape)
+    _backends._warned.clear()
+    with pytest.warns(api.FallbackWarning, match="not multiples of 16 bytes"):
+        out = api.flash_attn_func(q_off, k, v, causal=True)
+    _assert_flash_rule(out, _reference(q_off, k, v, causal=True)[0], _reference(q_off, k, v, True, dtype=q.dtype)[0])
+    # Values equal to accepted ones but of a type the checks refuse still raise.
+    with pytest.raises(ValueError, match="dropout_p"):
+        api.flash_attn_func(q, k, v, dropout_p=False, causal=True)
+    with pytest.raises(TypeError, match="softmax_scale"):
+        api.flash_attn_func(q, k, v, softmax_scale=True, causal=True)
+    api.flash_attn_func(q, k, v, softmax_scale=1.0, causal=True)
+    with pytest.raises(TypeError, match="softmax_scale"):
+        api.flash_attn_func(q, k, v, softmax_scale=True, causal=True)
+    # Inputs that need gradients get them (the operator path), after the launch was kept.
+    qg = q.detach().clone().requires_grad_()
+    api.flash_attn_func(qg, k, v, causal=True).float().sum().backward()
+    assert qg.grad is not None and torch.isfinite(qg.grad).all()
+    # The KV-cache function: per-sequence lengths changed in place between calls are read.
+    k_cache, v_cache = _random(2, 96, 2, 64), _random(2, 96, 2, 64)
+    lengths = torch.tensor([70, 33], dtype=torch.int32, device="cuda")
+    q1 = _random(2, 1, 8, 64)
+    for filled in ([70, 33], [12, 96]):
+        lengths.copy_(torch.tensor(filled, dtype=torch.int32))
+        out = api.flash_attn_with_kvcache(q1, k_cache, v_cache, cache_seqlens=lengths)
+        reference, _ = _reference(q1, k_cache, v_cache, seqlens_kv=lengths)
+        pytorch, _ = _reference(q1, k_cache, v_cache, seqlens_kv=lengths, dtype=q1.dtype)
+        _assert_flash_rule(out, reference, pytorch)
+
+
+@needs_cuda
 def test_torch_which_backend_names_the_kernel():
     api = _api()
     q, k, v = _random(8, 1, 32, 128), _random(8, 512, 8, 128), _random(8, 512, 8, 128)
