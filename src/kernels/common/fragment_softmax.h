@@ -1,9 +1,9 @@
 // Online softmax over query rows whose scores lie in MMA accumulator fragments: each thread
 // holds a few elements of kRows rows, and the lanes sharing a row form a RowLanes group (its
 // max and sum reduce over them): adjacent lanes in wgmma's layout (Group<4>), the lane pair at
-// xor distance 32 in MFMA's transposed scores (XorPair<32>). Scores stay in the log2 domain, scaled by scale x log2(e) inside the
-// exponent (one fused multiply-add per score). The scale must be positive: the row maximum is
-// taken before scaling.
+// xor distance 32 in MFMA's transposed scores (XorPair<32>). Scores stay in the log2 domain,
+// scaled by scale x log2(e) inside the exponent (one fused multiply-add per score). The scale
+// must be positive: the row maximum is taken before scaling.
 #pragma once
 
 #include <hip/hip_runtime.h>

@@ -11,7 +11,7 @@ namespace mmaprefill {
 struct TileShape {
     int consumers;           // warpgroups (wgmma) of 64 query rows or waves (MFMA) of 32, sharing every K/V tile
     int block_keys;          // keys per K/V tile
-    int stages;              // K/V tiles in shared memory (wgmma: the TMA ring; MFMA: 2 double-buffers)
+    int stages;              // K/V tiles in shared memory (wgmma: the TMA ring; MFMA: V^T's, K has two)
     int producer_registers;  // per thread, after reallocation (setmaxnreg); 0: none (MFMA)
     int consumer_registers;
 };
@@ -33,10 +33,10 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
 }
 
 // CDNA (gfx908, gfx90a, gfx942 alike: 64 KiB of LDS per workgroup, 512 registers per lane of a
-// wave alone on its SIMD): 4 waves of 32 query rows; K tiles row-major and V tiles transposed in
-// LDS, rows padded by 16 bytes. The key tile is a multiple of 32 (the M of the score product);
-// two stages let one barrier per key tile serve, where K and V^T fit twice (d <= 128: 36-37
-// KiB); d256's 37 KiB fit once, so its next tile waits for a second barrier.
+// wave alone on its SIMD): 4 waves of 32 query rows; in LDS two stages of K (row-major) and
+// `stages` of V^T, rows padded by 16 bytes. The key tile is a multiple of 32 (the M of the score
+// product). With two V^T stages one barrier per key tile serves (d <= 128: 36-37 KiB); d256's
+// V^T fits once beside two K stages (53 KiB), so its V^T store waits for a second barrier.
 template <>
 constexpr TileShape tile_shape<MatrixCore::mfma>(int head_dim, bool causal, DType dtype) {
     (void)causal, (void)dtype;
