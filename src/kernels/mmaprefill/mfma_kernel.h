@@ -5,12 +5,13 @@
 // the first (key_tiles.h: the tiles needing the causal mask come first, every tile ends inside
 // the sequence, keys at negative positions are zeros and masked); a wave skips the key tiles
 // none of its rows sees.
-// All waves load: the 256 threads fetch key tile i + 1's K and V rows from global memory into
-// registers (16-byte loads) while tile i's MFMAs run, then store them into the other of two LDS
-// stages (K row-major, V transposed as V^T) and meet at one barrier per key tile (d256, one
-// stage: a second barrier before the store). Each wave owns 32 query rows, whose Q stays in
-// registers for the whole work tile, and computes transposed products, so that nothing moves
-// between lanes (kernels/mma/mfma.h has the layouts):
+// All waves load: the 256 threads fetch key tile i + 1 from global memory into registers
+// (16-byte loads) while tile i is computed, its K during the scores and its V during the softmax
+// and P.V, and store each into the other of two LDS stages (K row-major, V transposed as V^T;
+// d256 has one V^T stage, stored after a second barrier); one barrier per key tile. Each wave
+// owns 32 query rows, whose Q stays in registers for the whole work tile, and computes
+// transposed products, so that nothing moves between lanes (kernels/mma/mfma.h has the
+// layouts):
 //   S^T = K.Q^T (lane: 16 keys of one query row per 32-key block) -> mask -> online softmax
 //   (fp32, exp2; a row's other keys are in lane l ^ 32) -> P^T (16-bit, in registers: the
 //   accumulators are the next product's B operand) -> O^T += V^T.P^T.
