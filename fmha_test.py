@@ -3,6 +3,7 @@
 - the generator's tests (generator/tests);
 - every GoogleTest case of the unit, GPU and C ABI binaries, one pytest item each;
 - fmha.exe: bad input (no GPU needed) and a matrix of shapes checked against the reference (GPU);
+- the MFMA prefill loop emulated on the host (tests/emulation; Clang 15 or later);
 - the Python package (tests/python): its binding of libfmha.so, and its API with PyTorch.
 
 The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
@@ -128,6 +129,37 @@ def test_gpu(gtest_results, case):
 @pytest.mark.parametrize("case", gtest_cases("fmha_capi_tests"))
 def test_capi(gtest_results, case):
     check_gtest(gtest_results, "fmha_capi_tests", case)
+
+
+# ---------------------------------------------------------------- kernels emulated on the host
+
+def _clang_for_emulation():
+    """A Clang that has the vector types and x86 _Float16 the emulation needs (15 or later)."""
+    for name in ("clang++-17", "clang++-16", "clang++-15", "clang++"):
+        path = shutil.which(name)
+        if path:
+            version = re.search(r"clang version (\d+)", subprocess.run([path, "--version"], capture_output=True,
+                                                                        text=True).stdout)
+            if version and int(version.group(1)) >= 15:
+                return path
+    return None
+
+
+def test_the_mfma_prefill_loop_matches_the_reference_in_host_emulation(tmp_path):
+    """The CDNA main loop of mmaprefill, as the AMD build compiles it, run on the host
+    (tests/emulation): each lane a thread, MFMA from the documented layouts."""
+    clang = _clang_for_emulation()
+    if not clang:
+        pytest.skip("no Clang 15 or later on PATH: the emulation needs its vector types and _Float16")
+    if not (REPO / "generated" / "fmha_catalogue.h").exists():
+        pytest.skip("generated/ is missing: run `make` first")
+    emulation, binary = REPO / "tests" / "emulation", tmp_path / "mfma_prefill"
+    build = subprocess.run([clang, "-std=c++20", "-O1", "-Wno-psabi", "-pthread", "-I", emulation, "-I", REPO / "src",
+                            "-I", REPO / "generated", emulation / "mfma_prefill.cpp", "-o", binary],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([binary], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "all cases match the reference" in run.stdout, run.stdout + run.stderr
 
 
 # ---------------------------------------------------------------- fmha.exe without a GPU

@@ -61,8 +61,8 @@ FAMILIES = {
                "bandwidth-bound, for few query rows per KV head: streams K/V once per KV head "
                "with 16-byte loads, splitting long key ranges across warps and blocks"),
         Family("mmaprefill", 16, 256,
-               "tiled on the matrix cores (Hopper: wgmma fed by TMA, warp-specialised), for many "
-               "query rows per KV head", matrix_cores=("wgmma",)),
+               "tiled on the matrix cores (Hopper: wgmma fed by TMA, warp-specialised; CDNA: MFMA, "
+               "K/V through LDS), for many query rows per KV head", matrix_cores=("wgmma", "mfma")),
     )
 }
 

@@ -1,4 +1,5 @@
 """Tests of the generator: catalogue, names, validation, rendering, and the command line."""
+import collections
 import json
 import re
 
@@ -82,21 +83,38 @@ def test_invalid_added_values_are_an_error_not_dropped():
         enumerate_configs(axes)
 
 
-# The tensor-core prefill family needs a matrix core (wgmma: sm90 only) and k steps of 16.
+# The tensor-core prefill family needs a matrix core with a main loop (wgmma: sm90; MFMA: CDNA)
+# and k steps of 16.
 TENSOR_FAMILY = "mmaprefill"
 
 
 def test_a_family_skips_archs_without_its_matrix_core():
     selection = select(DEFAULT_AXES)
     archs = {c.arch for c in selection.configs if c.family == TENSOR_FAMILY}
-    assert archs == {a.name for a in ARCHS.values() if a.matrix_core == "wgmma"} == {"sm90"}
-    assert len([c for c in selection.configs if c.family == TENSOR_FAMILY]) == 2 * 3 * 3 * 2
-    notes = selection.skip_notes()
-    assert "mmaprefill skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma; no main loop for mfma yet)" in notes
-    assert "mmaprefill skips arch gfx1100 (needs matrix core wgmma; no main loop for wmma yet)" in notes
-    with pytest.raises(ValueError, match="needs matrix core wgmma"):
-        KernelConfig.from_name("fmha_fwd_fp16_d64_gqa_nomask_mmaprefill_gfx90a")
-    assert validate(KernelConfig("fp16", 64, "gqa", "nomask", "mmaprefill", "sm90")) == []
+    assert archs == {a.name for a in ARCHS.values() if a.matrix_core in ("wgmma", "mfma")}
+    assert archs == {"gfx908", "gfx90a", "gfx942", "sm90"}
+    assert len([c for c in selection.configs if c.family == TENSOR_FAMILY]) == 4 * 2 * 3 * 3 * 2
+    assert selection.skip_notes() == ["mmaprefill skips arch gfx1100 (needs matrix core wgmma or mfma; "
+                                      "no main loop for wmma yet)"]
+    with pytest.raises(ValueError, match="needs matrix core wgmma or mfma"):
+        KernelConfig.from_name("fmha_fwd_fp16_d64_gqa_nomask_mmaprefill_gfx1100")
+    for arch in ("gfx90a", "sm90"):
+        assert validate(KernelConfig("fp16", 64, "gqa", "nomask", "mmaprefill", arch)) == []
+
+
+def test_cdna_builds_the_mfma_prefill_family_beside_its_fallback():
+    """gfx908, gfx90a and gfx942 (matrix core mfma) get every tuple of mmaprefill that sm90 gets,
+    head dims a multiple of 16 included, and keep the CUDA-core prefill family as the fallback."""
+    selection = select(dict(DEFAULT_AXES, head_dim=(64, 80, 128, 256)))
+    tuples = collections.defaultdict(set)
+    for c in selection.configs:
+        tuples[(c.family, c.arch)].add((c.dtype, c.head_dim, c.heads, c.mask))
+    for arch in ("gfx908", "gfx90a", "gfx942"):
+        assert ARCHS[arch].matrix_core == "mfma"
+        assert tuples[(TENSOR_FAMILY, arch)] == tuples[(TENSOR_FAMILY, "sm90")]
+        assert tuples[("prefill", arch)] >= tuples[(TENSOR_FAMILY, arch)]
+    assert {head_dim for _, head_dim, _, _ in tuples[(TENSOR_FAMILY, "gfx942")]} == {64, 80, 128, 256}
+    assert (TENSOR_FAMILY, "gfx1100") not in tuples
 
 
 def test_rdna3_builds_the_cuda_core_families_at_wave32():
@@ -127,7 +145,8 @@ def test_a_head_dim_some_family_builds_is_skipped_by_the_others():
     (dict(head_dim=(64, 100)), "head_dim 100: no family offers it (decode: needs a multiple of 8 up to 256; "
                                "mmaprefill: needs a multiple of 16 up to 256; prefill: needs a multiple of 8"),
     (dict(family=("mmaprefill",), head_dim=(64, 72)), "head_dim 72: no family offers it (mmaprefill: "),
-    (dict(family=("mmaprefill",), arch=("gfx90a", "sm90")), "arch gfx90a: no family offers it (mmaprefill: needs matrix core wgmma"),
+    (dict(family=("mmaprefill",), arch=("gfx1100", "sm90")),
+     "arch gfx1100: no family offers it (mmaprefill: needs matrix core wgmma or mfma; no main loop for wmma yet)"),
 ])
 def test_a_value_no_family_builds_is_an_error(axes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -136,9 +155,9 @@ def test_a_value_no_family_builds_is_an_error(axes, message):
 
 def test_cli_says_which_families_skip_what(tmp_path, capsys):
     assert cli.main(["--families", "mmaprefill", "--out", str(tmp_path)]) == 0
-    assert "mmaprefill skips arch gfx908, gfx90a, gfx942 (needs matrix core wgmma" in capsys.readouterr().out
+    assert "mmaprefill skips arch gfx1100 (needs matrix core wgmma or mfma" in capsys.readouterr().out
     assert cli.main(["--families", "mmaprefill", "--list", "--out", str(tmp_path)]) == 0
-    assert "mmaprefill skips arch gfx908" in capsys.readouterr().err
+    assert "mmaprefill skips arch gfx1100" in capsys.readouterr().err
 
 
 def test_filter_glob():

@@ -26,6 +26,14 @@ struct Group {
     __device__ static inline float broadcast(float x, int src) { return __shfl(x, src, kWidth); }
 };
 
+// Two lanes of a wavefront at xor distance kDistance that share a value (a row of MFMA's
+// transposed scores: lanes l and l ^ 32).
+template <int kDistance>
+struct XorPair {
+    __device__ static inline float max(float x) { return fmaxf(x, __shfl_xor(x, kDistance)); }
+    __device__ static inline float sum(float x) { return x + __shfl_xor(x, kDistance); }
+};
+
 // A barrier of the warp's lanes. On AMD, whose wavefronts run their lanes in lockstep, there
 // is nothing to wait for.
 __device__ inline void sync_warp() {

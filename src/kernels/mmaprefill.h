@@ -1,7 +1,7 @@
 // The tensor-core prefill family (mmaprefill): tiled attention on the matrix cores, for
-// problems with many query rows per KV head. One main loop per matrix instruction set:
-// wgmma (Hopper) now; the family's tile table, schedule, mask and softmax are shared headers,
-// so an MFMA (CDNA) main loop slots in beside it. Host side: checks, tensor maps, launch.
+// problems with many query rows per KV head. One main loop per matrix instruction set, each
+// platform building its own: wgmma (Hopper) and MFMA (CDNA); the family's tile table, key
+// tiles, schedule, mask and softmax are shared headers. Host side: checks, tensor maps, launch.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -16,10 +16,39 @@
 #if defined(__HIP_PLATFORM_NVIDIA__)
 #include "kernels/mmaprefill/wgmma_kernel.h"
 #include "platform/hip_on_cuda/tensor_map.h"
+#else
+#include "kernels/mmaprefill/mfma_kernel.h"
 #endif
 
 namespace fmha {
 namespace mmaprefill {
+
+// What this family needs beyond the kernel's tuple: a scale it takes (mmaprefill/limits.h), a
+// tile count the 1-D grid holds, and none of the run-time options (softcapping, ALiBi, paged
+// KV), which its main loops do not apply yet.
+template <class Config>
+bool supports(const FwdParams& p, const PrefillTiling& tiling) {
+    return params_match<Config>(p) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && !has_run_time_options(p);
+}
+
+// How a launch's tiles are divided, in words, for describe(): the tiles, GQA packing, and the
+// order (after `blocks` and the main loop's own words).
+inline std::string describe_tiles(const PrefillTiling& t, int block_rows, unsigned blocks) {
+    std::string text = std::to_string(t.tiles) + " tiles of " + std::to_string(block_rows) + " query rows on " +
+                       std::to_string(blocks) + " blocks";
+    if (t.heads_per_tile > 1)
+        text += " (" + std::to_string(t.heads_per_tile) + " heads of a GQA group x " + std::to_string(t.rows_per_head) +
+                " positions, sharing each K/V tile)";
+    return text;
+}
+inline std::string describe_order(const PrefillTiling& t) {
+    std::string text;
+    if (t.section_heads)
+        text += "; query blocks that see the most keys first, in sections of " + std::to_string(t.section_heads) +
+                " KV heads";
+    if (t.tiles_per_unit == 2) text += "; each block takes a query block and its mirror image in turn";
+    return text;
+}
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
 
@@ -41,14 +70,6 @@ template <class Config>
 PrefillTiling tiling_of(const FwdParams& p) {
     return PrefillTiling::of(p, Traits<Config>::kBlockRows, wgmma::kRows, Config::mask == Mask::causal,
                              kPersistentMaxQueryBlocks);
-}
-
-// What this family needs beyond the kernel's tuple: a scale it takes (mmaprefill/limits.h), a
-// tile count the 1-D grid holds, and none of the run-time options (softcapping, ALiBi, paged
-// KV), which its main loop does not apply yet.
-template <class Config>
-bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    return params_match<Config>(p) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && !has_run_time_options(p);
 }
 
 template <class Config>
@@ -82,19 +103,47 @@ template <class Config>
 std::string describe(const FwdParams& p) {
     using T = Traits<Config>;
     const PrefillTiling t = tiling_of<Config>(p);
-    const int multiprocessors = multiprocessor_count();
-    std::string text = std::to_string(t.tiles) + " tiles of " + std::to_string(T::kBlockRows) + " query rows on " +
-                       std::to_string(launch_blocks(t, multiprocessors)) + " blocks";
-    if (t.heads_per_tile > 1)
-        text += " (" + std::to_string(t.heads_per_tile) + " heads of a GQA group x " + std::to_string(t.rows_per_head) +
-                " positions, sharing each K/V tile)";
-    text += "; 1 TMA producer + " + std::to_string(T::kConsumers) + " wgmma consumer warpgroups of 64 rows; keys in tiles of " +
-            std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) + "-stage shared-memory ring";
-    if (t.section_heads)
-        text += "; query blocks that see the most keys first, in sections of " + std::to_string(t.section_heads) +
-                " KV heads";
-    if (t.tiles_per_unit == 2) text += "; each block takes a query block and its mirror image in turn";
-    return text;
+    return describe_tiles(t, T::kBlockRows, launch_blocks(t, multiprocessor_count())) + "; 1 TMA producer + " +
+           std::to_string(T::kConsumers) + " wgmma consumer warpgroups of 64 rows; keys in tiles of " +
+           std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) + "-stage shared-memory ring" +
+           describe_order(t);
+}
+
+#else  // AMD
+
+template <class Config>
+using Traits = MfmaTraits<Config>;
+
+// One block per tile, dispatched in the tile order (a grid past the runtime's limit of 2^32 - 1
+// threads loops over the tiles). No persistent grid: without a producer wave there is no next
+// tile's load to overlap with this one's epilogue, and a CU holds several blocks where LDS and
+// registers allow.
+template <class Config>
+PrefillTiling tiling_of(const FwdParams& p) {
+    return PrefillTiling::of(p, Traits<Config>::kBlockRows, mfma::kBlock, Config::mask == Mask::causal, 0);
+}
+template <class Config>
+unsigned launch_blocks(const PrefillTiling& tiling) {
+    return grid_blocks(tiling.units, 1, Traits<Config>::kThreads);
+}
+
+template <class Config>
+hipError_t launch(const FwdParams& p, hipStream_t stream) {
+    static_assert(matrix_core(Config::arch) == MatrixCore::mfma, "the family's main loop for this arch");
+    const PrefillTiling tiling = tiling_of<Config>(p);
+    if (!supports<Config>(p, tiling)) return hipErrorInvalidValue;
+    mfma_kernel<Config><<<launch_blocks<Config>(tiling), Traits<Config>::kThreads, 0, stream>>>(p, tiling);
+    return hipGetLastError();
+}
+
+// How launch() divides the work, in words (fmha.exe -v).
+template <class Config>
+std::string describe(const FwdParams& p) {
+    using T = Traits<Config>;
+    const PrefillTiling t = tiling_of<Config>(p);
+    return describe_tiles(t, T::kBlockRows, launch_blocks<Config>(t)) + "; " + std::to_string(T::kConsumers) +
+           " MFMA waves of 32 rows; keys in tiles of " + std::to_string(T::kBlockKeys) + " through " +
+           "two LDS stages of K and " + std::to_string(T::kVStages) + " of V^T" + describe_order(t);
 }
 #endif
 

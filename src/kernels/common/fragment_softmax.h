@@ -1,8 +1,9 @@
 // Online softmax over query rows whose scores lie in MMA accumulator fragments: each thread
-// holds a few elements of kRows rows, and the kLanesPerRow lanes sharing a row are adjacent
-// (xor-shuffle partners). Scores stay in the log2 domain, scaled by scale x log2(e) inside the
-// exponent (one fused multiply-add per score). The scale must be positive: the row maximum is
-// taken before scaling.
+// holds a few elements of kRows rows, and the lanes sharing a row form a RowLanes group (its
+// max and sum reduce over them): adjacent lanes in wgmma's layout (Group<4>), the lane pair at
+// xor distance 32 in MFMA's transposed scores (XorPair<32>). Scores stay in the log2 domain,
+// scaled by scale x log2(e) inside the exponent (one fused multiply-add per score). The scale
+// must be positive: the row maximum is taken before scaling.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -15,18 +16,21 @@
 namespace fmha {
 
 // 2^x by the special-function unit, flushing subnormal results to zero (probabilities that
-// small add nothing); exp2f would add a range fix-up to every score.
+// small add nothing); exp2f would add a range fix-up to every score. AMD: v_exp_f32, where the
+// compiler has its builtin (clang 17).
 __device__ inline float exp2_approx(float x) {
 #if defined(__HIP_PLATFORM_NVIDIA__)
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+#elif __has_builtin(__builtin_amdgcn_exp2f)
+    return __builtin_amdgcn_exp2f(x);
 #else
     return exp2f(x);
 #endif
 }
 
-template <int kRows, int kLanesPerRow>
+template <int kRows, class RowLanes>
 struct FragmentSoftmax {
     float max[kRows];  // running maximum of the scaled scores seen so far; -inf before any key
     float sum[kRows];  // this thread's share of the running sum of exponentials
@@ -46,7 +50,7 @@ struct FragmentSoftmax {
         float reference[kRows];  // what a row's scaled scores subtract (raise_max)
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
-            rescale[r] = raise_max(max[r], Group<kLanesPerRow>::max(tile_max[r]) * scale_log2, reference[r]);
+            rescale[r] = raise_max(max[r], RowLanes::max(tile_max[r]) * scale_log2, reference[r]);
 #pragma unroll
         for (int e = 0; e < N; ++e) s[e] = exp2_approx(fmaf(s[e], scale_log2, -reference[row_of(e)]));
         float tile_sum[kRows];  // one chain: the exponentials it waits for come one by one anyway
@@ -79,7 +83,7 @@ struct FragmentSoftmax {
     }
 
     // The row's whole sum of exponentials (every lane of the row gets it).
-    __device__ float total(int r) const { return Group<kLanesPerRow>::sum(sum[r]); }
+    __device__ float total(int r) const { return RowLanes::sum(sum[r]); }
 
     // The row's log-sum-exp in natural log (FwdParams::lse), from its total.
     __device__ float lse(int r, float total_sum) const { return natural_lse(max[r], total_sum); }

@@ -9,10 +9,10 @@ namespace fmha {
 namespace mmaprefill {
 
 struct TileShape {
-    int consumers;           // warpgroups (wgmma) of 64 query rows each, sharing every K/V tile
+    int consumers;           // warpgroups (wgmma) of 64 query rows or waves (MFMA) of 32, sharing every K/V tile
     int block_keys;          // keys per K/V tile
-    int stages;              // K/V tiles in flight (shared-memory ring)
-    int producer_registers;  // per thread, after reallocation (setmaxnreg)
+    int stages;              // K/V tiles in shared memory (wgmma: the TMA ring; MFMA: V^T's, K has two)
+    int producer_registers;  // per thread, after reallocation (setmaxnreg); 0: none (MFMA)
     int consumer_registers;
 };
 
@@ -30,6 +30,19 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
     if (head_dim <= 64) return {3, causal ? 112 : 128, 2, 24, 160};
     if (head_dim <= 128) return {2, 128, 2, 24, 240};
     return {2, 80, 2, 24, 240};
+}
+
+// CDNA (gfx908, gfx90a, gfx942 alike: 64 KiB of LDS per workgroup, 512 registers per lane of a
+// wave alone on its SIMD): 4 waves of 32 query rows; in LDS two stages of K (row-major) and
+// `stages` of V^T, rows padded by 16 bytes. The key tile is a multiple of 32 (the M of the score
+// product). With two V^T stages one barrier per key tile serves (d <= 128: 36-37 KiB); d256's
+// V^T fits once beside two K stages (53 KiB), so its V^T store waits for a second barrier.
+template <>
+constexpr TileShape tile_shape<MatrixCore::mfma>(int head_dim, bool causal, DType dtype) {
+    (void)causal, (void)dtype;
+    if (head_dim <= 64) return {4, 64, 2, 0, 0};
+    if (head_dim <= 128) return {4, 32, 2, 0, 0};
+    return {4, 32, 1, 0, 0};
 }
 
 }  // namespace mmaprefill

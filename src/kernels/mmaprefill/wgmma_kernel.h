@@ -28,11 +28,10 @@
 #include <type_traits>
 
 #include "kernels/common/fragment_softmax.h"
-#include "kernels/common/mask.h"
-#include "kernels/common/sequence.h"
 #include "kernels/common/tile_schedule.h"
 #include "kernels/config.h"
 #include "kernels/mma/wgmma.h"
+#include "kernels/mmaprefill/key_tiles.h"
 #include "kernels/mmaprefill/tiles.h"
 #include "platform/hip_on_cuda/hopper.h"
 
@@ -95,75 +94,6 @@ struct Pipeline {
     __device__ uint64_t* v_empty(int stage) const { return words + 2 + 3 * T::kStages + stage; }
     __device__ static int stage(int slot) { return slot % T::kStages; }
     __device__ static uint32_t parity(int slot) { return uint32_t(slot / T::kStages) & 1u; }
-};
-
-// One work tile as producer and consumers both derive it: its rows, its sequence's lengths, and
-// the key tiles its rows see, walked back from kv_end.
-template <bool kCausal>
-struct TileWork {
-    PrefillTile tile;
-    int len_q, len_kv;
-    KeyMask<kCausal> mask;
-    int last_position;  // of the tile's rows that exist
-    int kv_end;         // one past the last key some row sees
-    int key_tiles;      // 0 where no row sees a key
-    bool has_rows;      // false where the tile lies past its sequence's length
-
-    __device__ static TileWork of(const FwdParams& p, const PrefillTiling& tiling, int index, int block_keys) {
-        TileWork w;
-        w.tile = locate_tile(tiling, index, p.heads_q, p.heads_kv);
-        w.len_q = sequence_length(p.seqlens_q, w.tile.batch, p.seqlen_q);
-        w.len_kv = sequence_length(p.seqlens_kv, w.tile.batch, p.seqlen_kv);
-        w.has_rows = w.tile.exists && w.tile.position0 < w.len_q;
-        w.mask = KeyMask<kCausal>::of(w.len_q, w.len_kv, p.window);
-        w.last_position = min(w.tile.position0 + tiling.rows_per_head, w.len_q) - 1;
-        int kv_begin = 0;
-        w.kv_end = 0;
-        if (w.has_rows) w.mask.key_range(w.tile.position0, w.last_position, kv_begin, w.kv_end);
-        w.key_tiles = (w.kv_end - kv_begin + block_keys - 1) / block_keys;
-        return w;
-    }
-    __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
-};
-
-// What a consumer's main loop needs of a work tile, in few registers: where its key tiles are,
-// which of them its warpgroup's rows see at all ([begin, end): the others it only hands back),
-// and which of those cross the mask (judged from the positions the rows span; all of a packed
-// tile's positions).
-template <bool kCausal>
-struct KeyTiles {
-    int kv_end, count;
-    int begin, end;    // the key tiles some row of this warpgroup sees
-    int masked_above;  // key tiles reaching past this key need the mask (causal diagonal, sequence end)
-    int masked_below;  // and so do those starting at or before this one (window; keys before the sequence)
-    int window;
-    int diagonal[2];   // of this thread's two rows
-
-    __device__ static KeyTiles of(const TileWork<kCausal>& w, const PrefillTiling& tiling, int row0, int window,
-                                  const int (&position)[2], int block_keys) {
-        KeyTiles k;
-        k.kv_end = w.kv_end, k.count = w.key_tiles, k.window = window;
-        const bool packed = tiling.heads_per_tile > 1;
-        const int first = packed ? w.tile.position0 : w.tile.position0 + row0;
-        const int last = packed ? w.last_position : min(first + wgmma::kRows - 1, w.len_q - 1);
-        k.masked_above = kCausal ? w.mask.diagonal(first) : w.len_kv - 1;
-        k.masked_below = kCausal ? max(w.mask.diagonal(last) - window, -1) : -1;
-        for (int h = 0; h < 2; ++h) k.diagonal[h] = w.mask.diagonal(position[h]);
-        int lo = 0, hi = 0;
-        if (first <= last) w.mask.key_range(first, last, lo, hi);
-        // Key tile i holds keys [kv_end - (i + 1) block_keys, kv_end - i block_keys).
-        k.begin = lo < hi ? (k.kv_end - hi) / block_keys : 0;
-        k.end = lo < hi ? min(k.count, (k.kv_end - 1 - lo) / block_keys + 1) : 0;
-        return k;
-    }
-    __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
-    __device__ bool needs_mask(int i, int block_keys) const {
-        const int k0 = first_key(i, block_keys);
-        return k0 + block_keys - 1 > masked_above || k0 <= masked_below;
-    }
-    // Key tiles end at kv_end, inside the sequence: only keys before it and the shared mask
-    // rule are left to check.
-    __device__ bool sees(int h, int key) const { return MaskRow{diagonal[h], key >= 0}.template sees<kCausal>(key, window); }
 };
 
 template <class Config>
@@ -251,9 +181,9 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
     float o[T::kHeadDim / 2];
     float s[T::kBlockKeys / 2];
     uint32_t probabilities[T::kBlockKeys / wgmma::kK][4];
-    FragmentSoftmax<2, 4> softmax;
+    FragmentSoftmax<2, Group<4>> softmax;
     Work work{};            // the current work tile (derived again for the epilogue: see below)
-    KeyTiles<kCausal> keys;  // what the main loop needs of it
+    KeyTiles<kCausal, 2> keys;  // what the main loop needs of it
     int slot = 0;            // the K/V ring slot of the next key tile
 
     // P.V reads its A operand from these registers while it runs: keep them until its wait.
@@ -335,7 +265,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
             int position[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) position[h] = position_of(row0 + wgmma::accumulator_position(thread, 2 * h).row);
-            keys = KeyTiles<kCausal>::of(work, tiling, row0, p.window, position, T::kBlockKeys);
+            keys = KeyTiles<kCausal, 2>::of(work, tiling, row0, wgmma::kRows, p.window, position, T::kBlockKeys);
         }
         softmax.init();
 #pragma unroll

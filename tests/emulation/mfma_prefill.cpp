@@ -1,0 +1,151 @@
+// The CDNA main loop of mmaprefill (kernels/mmaprefill/mfma_kernel.h, as the AMD build compiles
+// it) run on the host through the HIP subset of hip/hip_runtime.h beside this file, against a
+// reference in double precision from the same 16-bit inputs: the shape classes of the GPU tests
+// (odd lengths, windows, packed GQA heads, MQA, variable lengths, both layouts, rows that see no
+// key, LSE, fewer blocks than tiles), each head-dim class and each arch's bf16 instruction.
+// Where no AMD GPU is at hand this is the loop's only run: fmha_test.py builds and runs it with
+// Clang 15 or later where one is installed; by hand, from the repository root after `make`:
+//   clang++-15 -std=c++20 -O1 -Wno-psabi -pthread -I tests/emulation -I src -I generated \
+//       tests/emulation/mfma_prefill.cpp -o /tmp/mfma_prefill && /tmp/mfma_prefill
+// Prints a line per case; exits 1 if any fails.
+#include "kernels/mmaprefill/mfma_kernel.h"
+
+#include <climits>
+#include <cstdio>
+#include <random>
+#include <thread>
+#include <vector>
+
+using namespace fmha;
+
+template <DType kDType>
+uint16_t to16(float x) { return DTypeTraits<kDType>::pack(x); }
+template <DType kDType>
+float from16(uint16_t v) { return DTypeTraits<kDType>::unpack1(v); }
+
+struct Case {
+    int batch, hq, hkv, sq, skv, window;
+    bool varlen, lse;
+    int layout;  // 0: [batch, heads, seq, d]; 1: [batch, seq, heads, d]
+    int blocks;  // the grid (blocks take tiles in rounds)
+};
+
+template <class Config>
+bool run(const Case& c, unsigned seed) {
+    constexpr DType kD = Config::dtype;
+    constexpr bool kCausal = Config::mask == Mask::causal;
+    const int d = Config::head_dim;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto strides = [&](int heads, int seq) {
+        return c.layout == 0 ? TensorStrides{int64_t(heads) * seq * d, int64_t(seq) * d, d}
+                             : TensorStrides{int64_t(heads) * seq * d, d, int64_t(heads) * d};
+    };
+    const size_t nq = size_t(c.batch) * c.hq * c.sq * d, nkv = size_t(c.batch) * c.hkv * c.skv * d;
+    std::vector<uint16_t> q(nq), k(nkv), v(nkv), o(nq, 0x7e00);  // poison: rows never written keep it
+    for (auto& x : q) x = to16<kD>(u(rng));
+    for (auto& x : k) x = to16<kD>(u(rng));
+    for (auto& x : v) x = to16<kD>(u(rng));
+    std::vector<int> lq(c.batch, c.sq), lkv(c.batch, c.skv);
+    if (c.varlen)
+        for (int b = 0; b < c.batch; ++b) lq[b] = 1 + rng() % c.sq, lkv[b] = 1 + rng() % c.skv;
+    std::vector<float> lse(size_t(c.batch) * c.hq * c.sq, 12345.f);
+    FwdParams p{};
+    p.q = q.data(), p.k = k.data(), p.v = v.data(), p.o = o.data();
+    p.q_strides = p.o_strides = strides(c.hq, c.sq);
+    p.k_strides = p.v_strides = strides(c.hkv, c.skv);
+    p.batch = c.batch, p.heads_q = c.hq, p.heads_kv = c.hkv, p.seqlen_q = c.sq, p.seqlen_kv = c.skv, p.head_dim = d;
+    p.seqlens_q = c.varlen ? lq.data() : nullptr, p.seqlens_kv = c.varlen ? lkv.data() : nullptr;
+    p.scale = 1.f / std::sqrt(float(d));
+    p.window = c.window;
+    p.lse = c.lse ? lse.data() : nullptr;
+    // As mmaprefill.h's tiling_of (whose header needs the HIP runtime) makes it for AMD.
+    const PrefillTiling tiling = PrefillTiling::of(p, mmaprefill::MfmaTraits<Config>::kBlockRows, mfma::kBlock, kCausal, 0);
+    const int blocks = int(std::min<int64_t>(tiling.units, c.blocks));
+    gridDim.x = blocks;
+    for (int block = 0; block < blocks; ++block) {
+        std::barrier<> all(256), w0(64), w1(64), w2(64), w3(64);
+        EmulatedBlock state{&all, {&w0, &w1, &w2, &w3}};
+        emulated_block = &state;
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 256; ++t)
+            threads.emplace_back([&, t] {
+                threadIdx.x = t, blockIdx.x = block;
+                mmaprefill::mfma_kernel<Config>(p, tiling);
+            });
+        for (auto& th : threads) th.join();
+    }
+    double worst = 0, worst_lse = 0;
+    int untouched_bad = 0;
+    auto at = [&](const TensorStrides& s, int b, int h, int i) { return size_t(b * s.batch + h * s.head + i * s.row); };
+    for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < c.hq; ++h) {
+            const int hk = h / (c.hq / c.hkv);
+            for (int i = 0; i < c.sq; ++i) {
+                const size_t orow = at(p.o_strides, b, h, i);
+                if (i >= lq[b]) {
+                    for (int x = 0; x < d; ++x) untouched_bad += o[orow + x] != 0x7e00;
+                    continue;
+                }
+                const int diag = i + lkv[b] - lq[b];
+                std::vector<double> s(lkv[b]);
+                double m = -INFINITY;
+                for (int j = 0; j < lkv[b]; ++j) {
+                    const bool sees = !kCausal || (j <= diag && j > diag - c.window);
+                    if (!sees) { s[j] = -INFINITY; continue; }
+                    double dot = 0;
+                    for (int x = 0; x < d; ++x)
+                        dot += double(from16<kD>(q[at(p.q_strides, b, h, i) + x])) * from16<kD>(k[at(p.k_strides, b, hk, j) + x]);
+                    s[j] = dot * p.scale;
+                    m = std::max(m, s[j]);
+                }
+                double sum = 0;
+                std::vector<double> out(d, 0.0);
+                for (int j = 0; j < lkv[b]; ++j) {
+                    if (s[j] == -INFINITY) continue;
+                    const double e = std::exp(s[j] - m);
+                    sum += e;
+                    for (int x = 0; x < d; ++x) out[x] += e * from16<kD>(v[at(p.v_strides, b, hk, j) + x]);
+                }
+                for (int x = 0; x < d; ++x) {
+                    const double ref = sum > 0 ? out[x] / sum : 0.0;
+                    worst = std::max(worst, std::fabs(ref - from16<kD>(o[orow + x])));
+                }
+                if (c.lse) {
+                    const double ref = sum > 0 ? m + std::log(sum) : -INFINITY;
+                    const float got = lse[(size_t(b) * c.hq + h) * c.sq + i];
+                    worst_lse = std::max(worst_lse, ref == -INFINITY ? (got == -INFINITY ? 0.0 : 1e9) : std::fabs(ref - got));
+                }
+            }
+        }
+    const double tolerance = kD == DType::fp16 ? 1e-2 : 3e-2;
+    const bool ok = worst < tolerance && worst_lse < 1e-3 && untouched_bad == 0;
+    std::printf("%s d%d %s b%d h%d/%d s%d/%d window %d%s%s layout %d, %d blocks for %lld tiles of %d head(s): "
+                "max |error| %.1e, LSE %.1e, rows past a sequence written %d: %s\n",
+                kD == DType::fp16 ? "fp16" : "bf16", d, kCausal ? "causal" : "nomask", c.batch, c.hq, c.hkv, c.sq, c.skv,
+                c.window, c.varlen ? " varlen" : "", c.lse ? " lse" : "", c.layout, blocks, (long long)tiling.tiles,
+                tiling.heads_per_tile, worst, worst_lse, untouched_bad, ok ? "OK" : "FAIL");
+    return ok;
+}
+
+template <DType kD, int kDim, HeadsKind kHeads, Mask kMask, Arch kArch>
+using C = KernelConfig<kD, kDim, kHeads, kMask, kArch>;
+constexpr DType fp16 = DType::fp16, bf16 = DType::bf16;
+constexpr HeadsKind gqa = HeadsKind::gqa, mqa = HeadsKind::mqa, mha = HeadsKind::mha;
+constexpr Mask nomask = Mask::nomask, causal = Mask::causal;
+
+int main() {
+    const int all = INT_MAX;  // a window past every key: plain causal
+    bool ok = true;
+    ok &= run<C<fp16, 64, mha, nomask, Arch::gfx942>>({1, 2, 2, 130, 77, all, false, true, 0, 3}, 1);
+    ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({2, 2, 1, 150, 200, all, false, true, 1, 2}, 2);
+    ok &= run<C<bf16, 64, gqa, causal, Arch::gfx908>>({1, 4, 2, 70, 300, 45, true, true, 0, 2}, 3);
+    ok &= run<C<bf16, 128, mha, causal, Arch::gfx908>>({1, 2, 2, 97, 129, 40, false, true, 0, 4}, 4);
+    ok &= run<C<bf16, 128, gqa, nomask, Arch::gfx90a>>({2, 8, 2, 5, 70, all, true, true, 0, 3}, 5);
+    ok &= run<C<fp16, 128, mqa, causal, Arch::gfx908>>({1, 6, 1, 9, 33, all, false, true, 1, 2}, 6);
+    ok &= run<C<fp16, 256, gqa, causal, Arch::gfx90a>>({1, 4, 1, 33, 99, all, true, false, 1, 3}, 7);
+    ok &= run<C<bf16, 256, mha, nomask, Arch::gfx908>>({1, 1, 1, 40, 65, all, false, true, 0, 1}, 8);
+    ok &= run<C<fp16, 80, mha, causal, Arch::gfx942>>({1, 2, 2, 200, 60, all, false, true, 0, 2}, 9);
+    std::printf(ok ? "all cases match the reference\n" : "some cases FAILED\n");
+    return ok ? 0 : 1;
+}
