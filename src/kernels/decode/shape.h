@@ -33,9 +33,6 @@ struct BlockShape {
 template <class Base>
 struct WithOptions : Base {
     static constexpr bool kOptions = true;
-    // The tensor-core variant's occupancy target (its __launch_bounds__): the options' state
-    // does not fit the 128 registers of 4 blocks per multiprocessor without spills.
-    static constexpr int kMinBlocks = 2;
 };
 
 // MaxGroupWidth: the wave size, or less (tests). ShortKeys: the variant whose key range fits
