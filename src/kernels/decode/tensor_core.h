@@ -42,6 +42,8 @@ struct MmaTraits : BlockShape {
     static constexpr int kDimTiles = kHeadDim / 16;  // M tiles of O^T
     static constexpr bool kWarpMma = true;
     static constexpr bool kShortKeys = false;
+    static constexpr Keys kKeys = Keys::many;
+    static constexpr int kKeyRange = INT32_MAX;
     // One row tile fits 128 registers: 4 blocks (16 warps) per multiprocessor; asking for it
     // measured faster on the long-KV cases (docs/decisions.md).
     static constexpr int kMinBlocks = RowTiles == 1 ? 4 : 1;
