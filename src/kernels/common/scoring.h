@@ -21,9 +21,8 @@ __host__ __device__ inline bool has_run_time_options(const FwdParams& p) {
     return p.softcap != 0.f || p.alibi_slopes != nullptr || p.block_table != nullptr || p.page_size != 0;
 }
 
-// The launch-wide part of the rule: the scale and the softcap, pre-multiplied by log2(e).
-// Kernels short of registers hold one of these and each row's ALiBi slope (RowScoring holds
-// both per row).
+// The launch-wide part of the rule: the scale and the softcap, pre-multiplied by log2(e). The
+// tensor-core decode holds one of these and each row's ALiBi slope (RowScoring: per row).
 struct ScoreRule {
     float dot_scale;  // what a dot product is multiplied by: scale x log2(e), or with
                       // softcapping, tanh's exp2 argument per unit: 2 log2(e) scale / softcap
@@ -58,20 +57,33 @@ struct ScoreRule {
     __device__ static float tanh_from_exp2_argument(float y) { return 1.f - __fdividef(2.f, exp2_approx(y) + 1.f); }
 };
 
-// One query row's scoring: the launch's rule, its head's ALiBi slope and the row's diagonal,
-// from which ALiBi measures distances.
+// One query row's scoring, for the CUDA-core kernels: ScoreRule's rule with its values held per
+// row (the softcap and its head's ALiBi slope, both pre-multiplied by log2(e), and the row's
+// diagonal, from which ALiBi measures distances): holding a ScoreRule instead cost the
+// CUDA-core prefill's options kernel registers (docs/decisions.md).
 struct RowScoring {
-    ScoreRule rule;
+    float scale_log2;  // softmax scale x log2(e)
+    float cap_log2;    // softcap x log2(e); 0: no softcapping
+    float cap_inv;     // scale / softcap
     float slope_log2;  // ALiBi slope x log2(e); 0: no ALiBi
     int diagonal;
 
     // Takes values, not the params struct: a reference to a kernel argument costs a stack copy on AMD.
     __device__ static RowScoring of(float scale, float softcap, const float* alibi_slopes, int head, const MaskRow& row) {
-        return {ScoreRule::of(scale, softcap), ScoreRule::slope_log2(alibi_slopes, head, row), row.diagonal};
+        RowScoring r;
+        r.scale_log2 = scale * kLog2e;
+        r.cap_log2 = softcap * kLog2e;
+        r.cap_inv = softcap != 0.f ? scale / softcap : 0.f;
+        r.slope_log2 = ScoreRule::slope_log2(alibi_slopes, head, row);
+        r.diagonal = row.diagonal;
+        return r;
     }
 
     // The score of `key` from the row's dot product with it, in the log2 domain.
-    __device__ float log2_score(float dot, int key) const { return rule.capped(dot) - ScoreRule::bias(slope_log2, diagonal, key); }
+    __device__ float log2_score(float dot, int key) const {
+        const float s = cap_log2 != 0.f ? cap_log2 * ScoreRule::tanh_from_exp2_argument(dot * cap_inv * (2.f * kLog2e)) : dot * scale_log2;
+        return s - ScoreRule::bias(slope_log2, diagonal, key);
+    }
 };
 
 }  // namespace fmha
