@@ -186,20 +186,20 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         }
         for (int step = 0; step < steps; ++step) {
             const int base = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
-            // Where the step's rows start: key `first`'s row is k_step (and v_step).
+            // Where the step's rows start: key `row0_key`'s row is k_step (and v_step).
             const uint16_t* k_step = k_rows;
             const uint16_t* v_step = v_rows;
-            int first = 0;
+            int row0_key = 0;
             if constexpr (T::kOptions) {
                 const uint4 slot = load_shared_volatile(&slots.pages[lane]);
                 const int shift = int(slot.y);
                 k_step = StepPages::row(k_base + int64_t(slot.z) * p.k_strides.head, page, base, shift, p.k_strides);
                 v_step = StepPages::row(v_base + int64_t(slot.z) * p.v_strides.head, page, base, shift, p.v_strides);
-                first = base;
+                row0_key = base;
                 page = StepPages{int(slot.x), shift}.page_of(p.block_table, min(base + plan.splits * T::kKeysPerStep, kv_hi - 1));  // the next step's
             }
-            auto k_row = [&](int key) { return k_step + int64_t(key - first) * p.k_strides.row; };
-            auto v_row = [&](int key) { return v_step + int64_t(key - first) * p.v_strides.row; };
+            auto k_row = [&](int key) { return k_step + int64_t(key - row0_key) * p.k_strides.row; };
+            auto v_row = [&](int key) { return v_step + int64_t(key - row0_key) * p.v_strides.row; };
             // Every load of the step first: K keys base + g + 8h; V keys base + 2t + (s & 1) + 8 (s / 2).
             uint4 k[2][KV], v[4][VV];
 #pragma unroll
