@@ -8,16 +8,19 @@
 // group (kGroupWidth lanes) owns a work item at a time; a 1-D grid walks the items, so
 // batch x heads is not bounded by grid y/z limits.
 //
-// Three variants, chosen at launch (with_variant):
+// Four variants, chosen at launch (with_variant; the key ranges in decode/shape.h):
 // - short keys (seqlen_kv <= 2, the headline shapes): one step, no loop; each team of lanes is
 //   a group of its own and stores each row as soon as it is done.
+// - few keys (3 to 16 keys; 8 at head dim 256 on warp32): one step, no loop; the group's teams
+//   take interleaved keys, each lane the loads of up to 8 keys of K and V at once; each row's
+//   slices merge and it is stored as soon as it is done.
 // - long keys on CUDA cores: inside a group, a team of kTeamWidth lanes holds one key row
 //   (each lane one or more 16-byte vectors of it), and the group's kSlices teams take
 //   interleaved keys, so one load instruction of the group reads kSlices consecutive key
 //   rows. Each lane issues the loads of kKeysPerSlice keys of K and V before using any. Every
 //   team keeps its own fp32 online softmax state; the slices are merged at the end.
 // - long keys on tensor cores (archs with mma.sync): see MmaTraits (decode/tensor_core.h).
-// Launches with run-time options (softcapping, ALiBi, paged KV) take a short- and a long-keys
+// Launches with run-time options (softcapping, ALiBi, paged KV) take a few-keys and a long-keys
 // variant compiled with them (WithOptions); the others run code that has none of them.
 //
 // Long key ranges with few work items are split across groups (decode/plan.h), the splits
@@ -101,35 +104,43 @@ template <class Config>
 inline constexpr int kMaxLongRows = kArchFacts[static_cast<int>(Config::arch)].platform == Platform::amd &&
                                     wave_size(Config::arch) == 32 ? 4 : 8;
 
-// Calls fn(Traits{}) with the variant the problem needs: rows per pass, short or long keys,
-// CUDA cores or warp MMAs.
+// Calls fn(Traits{}) with the variant the problem needs: rows per pass, the key range (one step
+// of two or of a few keys, or the loop: key_variant() in decode/shape.h), CUDA cores or warp MMAs.
 template <class Config, int GroupWidth, class Fn>
 auto with_variant(const FwdParams& p, Fn&& fn) {
     const int rows = rows_per_pass(p);
+    const Keys keys = key_variant(p.seqlen_kv, kFewKeyRange<Config, GroupWidth>);
     if (has_run_time_options(p)) {
         // One variant per key range instead of one per row count keeps the build time: more
-        // rows than a pass holds take more passes.
-        if (p.seqlen_kv <= kShortKeyRange) return fn(WithOptions<Traits<Config, GroupWidth, 4, true>>{});
+        // rows than a pass holds take more passes. The few-keys variant serves two keys too.
+        if (keys != Keys::many) return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::few>>{});
         if constexpr (kUsesWarpMma<Config, GroupWidth>) return fn(WithOptions<MmaTraits<Config, 1>>{});
-        else return fn(WithOptions<Traits<Config, GroupWidth, 4, false>>{});
+        else return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::many>>{});
     }
-    if (p.seqlen_kv <= kShortKeyRange) {
+    if (keys == Keys::two) {
         // More rows take passes of 4, which re-read their two K/V rows from L2: cheaper than
         // the long variants, whose key steps would hold two keys (docs/decisions.md).
-        if (rows == 1) return fn(Traits<Config, GroupWidth, 1, true>{});
-        if (rows == 2) return fn(Traits<Config, GroupWidth, 2, true>{});
-        return fn(Traits<Config, GroupWidth, 4, true>{});
+        if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::two>{});
+        if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::two>{});
+        return fn(Traits<Config, GroupWidth, 4, Keys::two>{});
+    }
+    if (keys == Keys::few) {
+        // The tensor-core variant's steps of 16 keys would be mostly empty here, and its work
+        // items (a warp each) hold fewer loads in flight (docs/decisions.md).
+        if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::few>{});
+        if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::few>{});
+        return fn(Traits<Config, GroupWidth, 4, Keys::few>{});
     }
     if constexpr (kUsesWarpMma<Config, GroupWidth>) {
         if (rows <= 8) return fn(MmaTraits<Config, 1>{});
         return fn(MmaTraits<Config, 2>{});
     } else {
-        if (rows == 1) return fn(Traits<Config, GroupWidth, 1, false>{});
-        if (rows == 2) return fn(Traits<Config, GroupWidth, 2, false>{});
+        if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::many>{});
+        if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::many>{});
         if constexpr (kMaxLongRows<Config> == 8) {
-            if (rows == 8) return fn(Traits<Config, GroupWidth, 8, false>{});
+            if (rows == 8) return fn(Traits<Config, GroupWidth, 8, Keys::many>{});
         }
-        return fn(Traits<Config, GroupWidth, 4, false>{});
+        return fn(Traits<Config, GroupWidth, 4, Keys::many>{});
     }
 }
 
@@ -152,7 +163,10 @@ std::string describe(const FwdParams& p) {
     return with_variant<Config, GroupWidth>(p, [&](auto traits) {
         using T = decltype(traits);
         const Plan split = variant_plan<T, Config>(p);
-        const std::string variant = T::kWarpMma ? "tensor-core" : T::kShortKeys ? "short-keys" : "CUDA-core long-keys";
+        const std::string variant = T::kWarpMma                 ? "tensor-core"
+                                    : !T::kShortKeys            ? "CUDA-core long-keys"
+                                    : T::kKeys == Keys::two       ? "short-keys"
+                                                                : "few-keys (up to " + std::to_string(T::kKeyRange) + ")";
         std::string text = variant + (T::kOptions ? " variant with run-time options (" : " variant (") + std::to_string(T::kRows) + " query row(s) a pass), " +
                            std::to_string(split.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes; ";
         if (split.splits == 1) return text + "keys not split";

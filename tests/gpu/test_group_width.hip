@@ -49,11 +49,14 @@ void check_width() {
             const CaseResult r = run_case(decode, options);
             EXPECT_TRUE(r.passed) << "decode with options, group width " << kWidth << ": " << r.message;
         }
-        options.problem.seqlen_q = 1, options.problem.seqlen_kv = 2;  // the short-keys options variant
-        EXPECT_TRUE(run_case(decode, options).passed) << "decode with options, 2 keys, group width " << kWidth;
+        for (int s_kv : {2, 7, 16}) {  // the few-keys options variant (7, 16: the long one where the width's range is shorter)
+            options.problem.seqlen_q = 1, options.problem.seqlen_kv = s_kv;
+            EXPECT_TRUE(run_case(decode, options).passed) << "decode with options, " << s_kv << " keys, group width " << kWidth;
+        }
         decode.key.family = Family::decode;
-        // Tiny, split (3000 keys for 6 rows), and multi-pass (9 rows per KV head) problems.
-        for (auto [s_q, s_kv] : {std::pair{1, 5}, std::pair{1, 3000}, std::pair{3, 101}}) {
+        // Tiny (two and few keys), split (3000 keys for 6 rows), and multi-pass (9 rows per KV
+        // head) problems.
+        for (auto [s_q, s_kv] : {std::pair{1, 2}, std::pair{1, 5}, std::pair{2, 16}, std::pair{1, 3000}, std::pair{3, 101}}) {
             GpuCase c{problem<Config>(s_q, s_kv), {}, uint64_t(kWidth)};
             c.lse = s_kv != 5;
             const CaseResult r = run_case(decode, c);

@@ -56,6 +56,11 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
         cases.push_back(varlen);
         GpuCase decode_varlen{make(key, 3, h, h_kv, 1, 90), {{1, 1, 1}, {90, 1, 65}}, seed++};
         cases.push_back(decode_varlen);
+        // Short key ranges: the decode family's few-keys variant (3 to 16 keys, one step) and
+        // its edges, with per-sequence lengths across all three key variants.
+        for (int s_kv : {3, 4, 5, 8, 11, 16, 17}) cases.push_back({make(key, 3, h, h_kv, 1 + s_kv % 2, s_kv), {}, seed++});
+        GpuCase few_varlen{make(key, 4, h, h_kv, 1, 16), {{1, 1, 1, 1}, {16, 3, 9, 1}}, seed++};
+        cases.push_back(few_varlen);
         if (key.mask == Mask::causal) {
             // Sequences with more queries than keys: bottom-right alignment leaves the first
             // rows with no visible key, which must come out as zeros, not NaN.
@@ -66,6 +71,9 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
                 windowed.problem.window = window;
                 cases.push_back(windowed);
             }
+            GpuCase few_windowed{make(key, 3, h, h_kv, 2, 12), {}, seed++};  // keys below the window in the step
+            few_windowed.problem.window = 3;
+            cases.push_back(few_windowed);
         }
     }
     return cases;
@@ -79,7 +87,8 @@ std::vector<GpuCase> option_cases(const KernelKey& key) {
     const Options options[] = {{0.f, false, 16}, {0.f, false, 256}, {5.f, false, 0},  {0.f, true, 0},
                                {2.f, true, 0},   {0.f, true, 64},   {5.f, true, 32},  {30.f, false, 128}};
     struct Shape { int b, s_q, s_kv; };
-    std::vector<Shape> shapes = {{1, 1, 1}, {3, 1, 2}, {2, 2, 2}, {2, 7, 13}, {2, 33, 77}, {1, 129, 200}, {2, 1, 1000}, {1, 17, 300}};
+    std::vector<Shape> shapes = {{1, 1, 1}, {3, 1, 2}, {2, 2, 2}, {2, 7, 13}, {2, 33, 77}, {1, 129, 200}, {2, 1, 1000}, {1, 17, 300},
+                                 {3, 1, 4}, {2, 2, 9}, {3, 1, 16}, {2, 1, 17}};  // short key ranges: the few-keys variant
     if (key.mask == Mask::nomask) shapes.push_back({2, 50, 7});
     std::vector<GpuCase> cases;
     uint64_t seed = 101;
@@ -95,12 +104,21 @@ std::vector<GpuCase> option_cases(const KernelKey& key) {
         // Every option at once, with variable lengths (unused table slots on the NaN page).
         with({make(key, 5, h, h_kv, 40, 40), {{1, 40, 17, 33, 2}, {1, 40, 17, 33, 2}}, seed++}, {5.f, true, 16});
         with({make(key, 3, h, h_kv, 1, 90), {{1, 1, 1}, {90, 1, 65}}, seed++}, {5.f, true, 32});
+        with({make(key, 3, h, h_kv, 1, 16), {{1, 1, 1}, {16, 3, 11}}, seed++}, {5.f, true, 16});
         if (key.mask == Mask::causal) {
             for (int window : {1, 5, 64}) {
                 GpuCase windowed{make(key, 2, h, h_kv, 129, 200), {}, seed++};
                 windowed.problem.window = window;
                 with(windowed, options[next++ % 8]);
             }
+            GpuCase few_windowed{make(key, 3, h, h_kv, 2, 12), {}, seed++};
+            few_windowed.problem.window = 3;
+            with(few_windowed, {5.f, true, 16});
+            // Windows that start inside a 16-key step: the tensor-core options variant starts
+            // its steps on multiples of 16, so each lies on one page.
+            GpuCase step_windowed{make(key, 2, h, h_kv, 2, 300), {}, seed++};
+            step_windowed.problem.window = 37;
+            with(step_windowed, {0.f, true, 16});
         }
     }
     return cases;

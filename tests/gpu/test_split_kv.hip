@@ -32,7 +32,7 @@ Problem problem(int batch, int seqlen_kv) {
 }
 
 TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
-    using T = decode::Traits<Fp16Causal, wave_size(kArch), 4, false>;
+    using T = decode::Traits<Fp16Causal, wave_size(kArch), 4, decode::Keys::many>;
     constexpr int G = T::kGroups;
     const FwdParams p = shape_params(problem<Fp16Causal>(10, 100000));  // 20 items before splitting
     struct Expected {

@@ -15,21 +15,6 @@
 
 namespace fmha {
 
-// 2^x by the special-function unit, flushing subnormal results to zero (probabilities that
-// small add nothing); exp2f would add a range fix-up to every score. AMD: v_exp_f32, where the
-// compiler has its builtin (clang 17).
-__device__ inline float exp2_approx(float x) {
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-#elif __has_builtin(__builtin_amdgcn_exp2f)
-    return __builtin_amdgcn_exp2f(x);
-#else
-    return exp2f(x);
-#endif
-}
-
 template <int kRows, class RowLanes>
 struct FragmentSoftmax {
     float max[kRows];  // running maximum of the scaled scores seen so far; -inf before any key

@@ -13,6 +13,21 @@ namespace fmha {
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
+// 2^x by the special-function unit, flushing subnormal results to zero (probabilities that
+// small add nothing); exp2f would add a range fix-up to every score. AMD: v_exp_f32, where the
+// compiler has its builtin (clang 17).
+__device__ inline float exp2_approx(float x) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#elif __has_builtin(__builtin_amdgcn_exp2f)
+    return __builtin_amdgcn_exp2f(x);
+#else
+    return exp2f(x);
+#endif
+}
+
 // One online-softmax step: raises a row's running maximum to include step_max and returns the
 // factor that rescales what was accumulated under the old one. `reference` is what the step's
 // scores subtract before exp2: the new maximum, or 0 while every key so far is masked (-inf),

@@ -40,4 +40,28 @@ struct KvRows {
     }
 };
 
+// The paging of a loop whose steps of n keys each lie on one page (n <= every page size, each
+// step's first key a multiple of n): one table entry per step places all of its K and V rows.
+// Two 32-bit words, so that a kernel short of registers can keep them in shared memory; without
+// a block table every key is on "page" `batch`, whose stride is the batch stride.
+struct StepPages {
+    int entry;  // paged: the sequence's first table entry (batch x max_pages); else the batch
+    int shift;  // paged: log2(page_size); else 31 (key & (2^31 - 1) is the key)
+
+    // Takes values, not the params struct: a reference to a kernel argument costs a stack copy on AMD.
+    __device__ static StepPages of(const int* block_table, int max_pages, int page_size, int64_t batch) {
+        if (block_table) return {int(batch * max_pages), int(__ffs(page_size)) - 1};
+        return {int(batch), 31};
+    }
+
+    // The page that holds `key`.
+    __device__ int page_of(const int* block_table, int key) const { return block_table ? block_table[entry + (key >> shift)] : entry; }
+
+    // Element 0 of row `key` of a K or V tensor, on `page`; head_base: the tensor's element 0 of
+    // the KV head; s: its strides (s.batch: between pages, when paged).
+    __device__ static const uint16_t* row(const uint16_t* head_base, int page, int key, int shift, const TensorStrides& s) {
+        return head_base + int64_t(page) * s.batch + int64_t(key & int((1u << shift) - 1u)) * s.row;
+    }
+};
+
 }  // namespace fmha

@@ -21,8 +21,46 @@ __host__ __device__ inline bool has_run_time_options(const FwdParams& p) {
     return p.softcap != 0.f || p.alibi_slopes != nullptr || p.block_table != nullptr || p.page_size != 0;
 }
 
-// One query row's scoring: the softcap and its head's ALiBi slope, both pre-multiplied by
-// log2(e), and the row's diagonal, from which ALiBi measures distances.
+// The launch-wide part of the rule: the scale and the softcap, pre-multiplied by log2(e). The
+// tensor-core decode holds one of these and each row's ALiBi slope (RowScoring: per row).
+struct ScoreRule {
+    float dot_scale;  // what a dot product is multiplied by: scale x log2(e), or with
+                      // softcapping, tanh's exp2 argument per unit: 2 log2(e) scale / softcap
+    float cap_log2;   // softcap x log2(e); 0: no softcapping
+
+    __device__ static ScoreRule of(float scale, float softcap) {
+        return {softcap != 0.f ? 2.f * kLog2e * scale / softcap : scale * kLog2e, softcap * kLog2e};
+    }
+
+    // The score of a dot product before ALiBi, in the log2 domain: scale dot, or
+    // softcap tanh(scale dot / softcap), where tanh(x) = 1 - 2 / (exp(2x) + 1).
+    __device__ float capped(float dot) const {
+        const float x = dot * dot_scale;
+        return cap_log2 != 0.f ? cap_log2 * tanh_from_exp2_argument(x) : x;
+    }
+
+    // A row's ALiBi slope x log2(e) (0: no ALiBi). A row that does not exist (row.valid false)
+    // may have a head past the last: it reads no slope.
+    __device__ static float slope_log2(const float* alibi_slopes, int head, const MaskRow& row) {
+        return alibi_slopes && row.valid ? alibi_slopes[head] * kLog2e : 0.f;
+    }
+
+    // The ALiBi bias of `key` for a row at `diagonal`, to subtract from its score.
+    __device__ static float bias(float slope_log2, int diagonal, int key) { return slope_log2 * float(abs(diagonal - key)); }
+
+    // tanh(x) from y = 2 log2(e) x, as 1 - 2 / (2^y + 1): one special-function exp2 and one
+    // fast division (a reciprocal), where the library's tanhf holds more registers (AMD's
+    // CUDA-core prefill lost an occupancy step to it) and exp2f's range fix-up and the IEEE
+    // division's slow path cost the tensor-core decode its 4 blocks per multiprocessor.
+    // Saturates to +-1 (2^y to inf or 0; 2 / inf is 0), so a capped score never overflows; near
+    // 0 its absolute error is a few 1e-8, below the scores' own rounding.
+    __device__ static float tanh_from_exp2_argument(float y) { return 1.f - __fdividef(2.f, exp2_approx(y) + 1.f); }
+};
+
+// One query row's scoring, for the CUDA-core kernels: ScoreRule's rule with its values held per
+// row (the softcap and its head's ALiBi slope, both pre-multiplied by log2(e), and the row's
+// diagonal, from which ALiBi measures distances): holding a ScoreRule instead cost the
+// CUDA-core prefill's options kernel registers (docs/decisions.md).
 struct RowScoring {
     float scale_log2;  // softmax scale x log2(e)
     float cap_log2;    // softcap x log2(e); 0: no softcapping
@@ -31,28 +69,21 @@ struct RowScoring {
     int diagonal;
 
     // Takes values, not the params struct: a reference to a kernel argument costs a stack copy on AMD.
-    // A row that does not exist (row.valid false) may have a head past the last: it reads no slope.
     __device__ static RowScoring of(float scale, float softcap, const float* alibi_slopes, int head, const MaskRow& row) {
         RowScoring r;
         r.scale_log2 = scale * kLog2e;
         r.cap_log2 = softcap * kLog2e;
         r.cap_inv = softcap != 0.f ? scale / softcap : 0.f;
-        r.slope_log2 = alibi_slopes && row.valid ? alibi_slopes[head] * kLog2e : 0.f;
+        r.slope_log2 = ScoreRule::slope_log2(alibi_slopes, head, row);
         r.diagonal = row.diagonal;
         return r;
     }
 
     // The score of `key` from the row's dot product with it, in the log2 domain.
     __device__ float log2_score(float dot, int key) const {
-        const float s = cap_log2 != 0.f ? cap_log2 * tanh_of(dot * cap_inv) : dot * scale_log2;
-        return s - slope_log2 * float(abs(diagonal - key));
+        const float s = cap_log2 != 0.f ? cap_log2 * ScoreRule::tanh_from_exp2_argument(dot * cap_inv * (2.f * kLog2e)) : dot * scale_log2;
+        return s - ScoreRule::bias(slope_log2, diagonal, key);
     }
-
-    // tanh(x) = 1 - 2 / (exp(2x) + 1): one exp2 and one division, where the library's tanhf
-    // holds more registers (AMD's CUDA-core prefill lost an occupancy step to it). Saturates to
-    // +-1 (exp2 to inf or 0), so a capped score never overflows; near 0 its absolute error is
-    // a few 1e-8, below the scores' own rounding.
-    __device__ static float tanh_of(float x) { return 1.f - 2.f / (exp2f(x * (2.f * kLog2e)) + 1.f); }
 };
 
 }  // namespace fmha

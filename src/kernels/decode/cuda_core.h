@@ -108,6 +108,25 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
             if (team_lane == 0) sink.store_lse(r, rows[r], row_max[r], row_sum[r]);
         };
 
+        // Merges row r's slice states in a one-step variant, as soon as the row is done
+        // (butterfly: every slice ends with the total; the long-keys variants merge all rows
+        // after their loop).
+        auto merge_slices = [&](int r) {
+#pragma unroll
+            for (int offset = T::kTeamWidth; offset < GroupWidth; offset *= 2) {
+                const float other_max = __shfl_xor(row_max[r], offset, GroupWidth);
+                const float other_sum = __shfl_xor(row_sum[r], offset, GroupWidth);
+                const MergeWeights w = merge_max(row_max[r], other_max);
+                row_sum[r] = row_sum[r] * w.mine + other_sum * w.theirs;
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+#pragma unroll
+                    for (int e = 0; e < T::kVec; ++e)
+                        acc[r][v][e] = acc[r][v][e] * w.mine + __shfl_xor(acc[r][v][e], offset, GroupWidth) * w.theirs;
+                }
+            }
+        };
+
         const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
         const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
         // The options variant's rows, which may be paged (the plain variant's code is as it was).
@@ -118,6 +137,12 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         auto v_row = [&](int key) { return T::kOptions ? v_paged.row(key, p.v_strides) : v_rows + int64_t(key) * p.v_strides.row; };
         auto process_step = [&](int step) {
             const int first_key = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
+            // The few-keys variant skips the work of key slots u that no lane's key fills (its
+            // range may hold far fewer keys than its step): a count uniform over the wave, as
+            // the shuffles of the groups sharing it need.
+            [[maybe_unused]] int live_slots = U;
+            if constexpr (T::kKeys == Keys::few)
+                live_slots = uniform_trip_count<T>((kv_hi - first_key + T::kSlices - 1) / T::kSlices);
             // Issue every load of the step before any use.
             uint4 k[U][V], val[U][V];
 #pragma unroll
@@ -140,6 +165,8 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 float score[U];
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
+                    score[u] = -INFINITY;
+                    if (T::kKeys == Keys::few && u >= live_slots) continue;
                     const int key = first_key + u * T::kSlices + slice;
                     const float s = Team::sum(dot<T, Numeric>(q[r], k[u]));
                     if constexpr (T::kOptions)
@@ -160,6 +187,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
+                    if (T::kKeys == Keys::few && u >= live_slots) continue;
                     const float prob = exp2f(score[u] - reference);
                     row_sum[r] += prob;
 #pragma unroll
@@ -170,9 +198,12 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                         for (int e = 0; e < T::kVec; ++e) acc[r][v][e] = fmaf(prob, x[e], acc[r][v][e]);
                     }
                 }
-                // With every key in this one step, the row is done: storing it now frees its
-                // registers for the next row.
-                if constexpr (T::kShortKeys) store_row(r);
+                // With every key in this one step, the row is done: merging its slices and
+                // storing it now frees its registers for the next row.
+                if constexpr (T::kShortKeys) {
+                    merge_slices(r);
+                    store_row(r);
+                }
             }
         };
         // The short-keys variant has every key in one step: no loop, so the query rows
@@ -186,25 +217,24 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
             for (int step = 0; step < steps; ++step) process_step(step);
         }
 
-        // Merge the slices' softmax states (butterfly: every slice ends with the total).
+        if constexpr (!T::kShortKeys) {
+            // Merge the slices' softmax states (butterfly: every slice ends with the total).
 #pragma unroll
-        for (int offset = T::kTeamWidth; offset < GroupWidth; offset *= 2) {
+            for (int offset = T::kTeamWidth; offset < GroupWidth; offset *= 2) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const float other_max = __shfl_xor(row_max[r], offset, GroupWidth);
-                const float other_sum = __shfl_xor(row_sum[r], offset, GroupWidth);
-                const MergeWeights w = merge_max(row_max[r], other_max);
-                row_sum[r] = row_sum[r] * w.mine + other_sum * w.theirs;
+                for (int r = 0; r < R; ++r) {
+                    const float other_max = __shfl_xor(row_max[r], offset, GroupWidth);
+                    const float other_sum = __shfl_xor(row_sum[r], offset, GroupWidth);
+                    const MergeWeights w = merge_max(row_max[r], other_max);
+                    row_sum[r] = row_sum[r] * w.mine + other_sum * w.theirs;
 #pragma unroll
-                for (int v = 0; v < V; ++v) {
+                    for (int v = 0; v < V; ++v) {
 #pragma unroll
-                    for (int e = 0; e < T::kVec; ++e)
-                        acc[r][v][e] = acc[r][v][e] * w.mine + __shfl_xor(acc[r][v][e], offset, GroupWidth) * w.theirs;
+                        for (int e = 0; e < T::kVec; ++e)
+                            acc[r][v][e] = acc[r][v][e] * w.mine + __shfl_xor(acc[r][v][e], offset, GroupWidth) * w.theirs;
+                    }
                 }
             }
-        }
-
-        if constexpr (!T::kShortKeys) {
 #pragma unroll
             for (int r = 0; r < R; ++r) store_row(r);
         }

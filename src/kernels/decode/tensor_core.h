@@ -42,6 +42,8 @@ struct MmaTraits : BlockShape {
     static constexpr int kDimTiles = kHeadDim / 16;  // M tiles of O^T
     static constexpr bool kWarpMma = true;
     static constexpr bool kShortKeys = false;
+    static constexpr Keys kKeys = Keys::many;
+    static constexpr int kKeyRange = INT32_MAX;
     // One row tile fits 128 registers: 4 blocks (16 warps) per multiprocessor; asking for it
     // measured faster on the long-KV cases (docs/decisions.md).
     static constexpr int kMinBlocks = RowTiles == 1 ? 4 : 1;
@@ -77,6 +79,21 @@ struct QueryFragments {
     }
 };
 
+// The options variant's per-lane state, waiting in shared memory as Q does (a lane reads back
+// only its own slots): in registers it took the variant past the 128 of 4 blocks per
+// multiprocessor, where the plain variant runs, and spilled.
+template <class T>
+struct OptionSlots {
+    // The lane's rows 8 rt + 2t + e: {first, end} of the keys the row sees (none where it does
+    // not exist), its ALiBi slope x log2(e) (bits) and its diagonal.
+    uint4 view[T::kRowTiles][2][32];
+    // The same rows for the stores after the key loop: {head, position}, position -1 where the
+    // row does not exist.
+    uint2 row[T::kRowTiles][2][32];
+    uint2 rule[32];   // the ScoreRule {dot_scale, cap_log2} (bits)
+    uint4 pages[32];  // the work item's StepPages {entry, shift} and KV head
+};
+
 template <class T, class Config>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(const FwdParams p, const Plan plan) {
     constexpr DType kDType = Config::dtype;
@@ -93,6 +110,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
     extern __shared__ float4 block_shared[];  // split launches: BlockPartials
     const BlockPartials<T> block(reinterpret_cast<float*>(block_shared));
     __shared__ typename QueryFragments<T>::Shared query_shared[T::kQueryInShared ? T::kGroups : 1];
+    __shared__ OptionSlots<T> option_slots[T::kOptions ? T::kGroups : 1];
 
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
          first += int64_t(gridDim.x) * T::kGroups) {
@@ -120,12 +138,25 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
             mine[rt][0] = row_at(8 * rt + 2 * t);
             mine[rt][1] = row_at(8 * rt + 2 * t + 1);
         }
-        RowScoring scoring[RT][2];
+        OptionSlots<T>& slots = option_slots[T::kOptions ? warp_in_block : 0];
         if constexpr (T::kOptions) {
+            const ScoreRule rule = ScoreRule::of(p.scale, p.softcap);
+            const StepPages pages = StepPages::of(p.block_table, p.max_pages_per_seq, p.page_size, item.batch);
+            slots.rule[lane] = make_uint2(__float_as_uint(rule.dot_scale), __float_as_uint(rule.cap_log2));
+            slots.pages[lane] = make_uint4(pages.entry, pages.shift, item.head_kv, 0);
 #pragma unroll
             for (int rt = 0; rt < RT; ++rt) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) scoring[rt][e] = RowScoring::of(p.scale, p.softcap, p.alibi_slopes, mine[rt][e].head, mine[rt][e]);
+                for (int e = 0; e < 2; ++e) {
+                    const QueryRow& row = mine[rt][e];
+                    VisibleKeys<kCausal> sees;  // a row that does not exist sees none
+                    sees.add(row, item.len_kv, p.window);
+                    int lo, hi;
+                    sees.key_range(item.len_kv, lo, hi);
+                    slots.view[rt][e][lane] =
+                        make_uint4(lo, hi, __float_as_uint(ScoreRule::slope_log2(p.alibi_slopes, row.head, row)), row.diagonal);
+                    slots.row[rt][e][lane] = make_uint2(row.head, row.valid ? row.position : -1);
+                }
             }
         }
 
@@ -143,15 +174,32 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         if constexpr (T::kQueryInShared) sync_warp();
         const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
         const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
-        // The options variant's rows, which may be paged (the plain variant's code is as it was).
-        using Rows = KvRows<T::kOptions>;
-        const Rows k_paged = Rows::of(p.k, p.k_strides, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
-        const Rows v_paged = Rows::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
-        auto k_row = [&](int key) { return T::kOptions ? k_paged.row(key, p.k_strides) : k_rows + int64_t(key) * p.k_strides.row; };
-        auto v_row = [&](int key) { return T::kOptions ? v_paged.row(key, p.v_strides) : v_rows + int64_t(key) * p.v_strides.row; };
+        // The options variant's rows, which may be paged. Its steps start on multiples of 16 keys
+        // (the keys below kv_lo that this adds are masked for every row), so that each step lies
+        // on one page (StepPages): one table entry, loaded a step ahead, places its K and V rows.
+        if constexpr (T::kOptions) kv_lo -= kv_lo % T::kKeysPerStep;
         const int steps = split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits);
+        int page = 0;  // of the step's keys
+        if constexpr (T::kOptions) {
+            const uint4 slot = load_shared_volatile(&slots.pages[lane]);
+            if (steps > 0) page = StepPages{int(slot.x), int(slot.y)}.page_of(p.block_table, kv_lo + item.split * T::kKeysPerStep);
+        }
         for (int step = 0; step < steps; ++step) {
             const int base = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
+            // Where the step's rows start: key `row0_key`'s row is k_step (and v_step).
+            const uint16_t* k_step = k_rows;
+            const uint16_t* v_step = v_rows;
+            int row0_key = 0;
+            if constexpr (T::kOptions) {
+                const uint4 slot = load_shared_volatile(&slots.pages[lane]);
+                const int shift = int(slot.y);
+                k_step = StepPages::row(k_base + int64_t(slot.z) * p.k_strides.head, page, base, shift, p.k_strides);
+                v_step = StepPages::row(v_base + int64_t(slot.z) * p.v_strides.head, page, base, shift, p.v_strides);
+                row0_key = base;
+                page = StepPages{int(slot.x), shift}.page_of(p.block_table, min(base + plan.splits * T::kKeysPerStep, kv_hi - 1));  // the next step's
+            }
+            auto k_row = [&](int key) { return k_step + int64_t(key - row0_key) * p.k_strides.row; };
+            auto v_row = [&](int key) { return v_step + int64_t(key - row0_key) * p.v_strides.row; };
             // Every load of the step first: K keys base + g + 8h; V keys base + 2t + (s & 1) + 8 (s / 2).
             uint4 k[2][KV], v[4][VV];
 #pragma unroll
@@ -207,13 +255,21 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float score[2];
+                    [[maybe_unused]] uint4 view;
+                    [[maybe_unused]] ScoreRule rule;
+                    if constexpr (T::kOptions) {
+                        view = load_shared_volatile(&slots.view[rt][e][lane]);
+                        const uint2 r = load_shared_volatile(&slots.rule[lane]);
+                        rule = {__uint_as_float(r.x), __uint_as_float(r.y)};
+                    }
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int key = base + g + 8 * h;
-                        if constexpr (T::kOptions)
-                            score[h] = key < kv_hi && mine[rt][e].template sees<kCausal>(key, p.window)
-                                           ? scoring[rt][e].log2_score(s[2 * h + e], key) : -INFINITY;
-                        else
+                        if constexpr (T::kOptions) {
+                            score[h] = (!kCausal || key >= int(view.x)) && key < int(view.y)
+                                           ? rule.capped(s[2 * h + e]) - ScoreRule::bias(__uint_as_float(view.z), int(view.w), key)
+                                           : -INFINITY;
+                        } else
                             score[h] = key < kv_hi && mine[rt][e].template sees<kCausal>(key, p.window) ? s[2 * h + e] * scale_log2
                                                                                                          : -INFINITY;
                     }
@@ -247,6 +303,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                 float sum = row_sum[rt][e];
 #pragma unroll
                 for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor(sum, offset);
+                // The options variant finds its rows again: it kept none through the key loop.
+                if constexpr (T::kOptions) {
+                    const uint2 row = load_shared_volatile(&slots.row[rt][e][lane]);
+                    mine[rt][e].head = int(row.x), mine[rt][e].position = int(row.y), mine[rt][e].valid = int(row.y) >= 0;
+                }
                 if (!mine[rt][e].valid) continue;
                 const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll

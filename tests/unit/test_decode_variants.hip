@@ -1,0 +1,75 @@
+// The decode family's key-range variants (kernels/decode/shape.h): the limits the heuristic
+// follows, per head dim, wave size and group width, and the shapes of the few-keys variant.
+#include <gtest/gtest.h>
+
+#include "kernels/config.h"
+#include "kernels/decode/plan.h"
+#include "kernels/decode/shape.h"
+
+namespace fmha {
+namespace decode {
+namespace {
+
+template <int kHeadDim, Arch kArch>
+using Cfg = KernelConfig<DType::fp16, kHeadDim, HeadsKind::gqa, Mask::nomask, kArch>;
+
+TEST(DecodeVariants, KeyRangesPickTheirVariant) {
+    EXPECT_EQ(key_variant(1, 16), Keys::two);
+    EXPECT_EQ(key_variant(2, 16), Keys::two);  // the headline shapes keep their variant
+    EXPECT_EQ(key_variant(3, 16), Keys::few);
+    EXPECT_EQ(key_variant(16, 16), Keys::few);
+    EXPECT_EQ(key_variant(17, 16), Keys::many);
+    EXPECT_EQ(key_variant(8, 8), Keys::few);
+    EXPECT_EQ(key_variant(9, 8), Keys::many);
+    EXPECT_EQ(key_variant(3, 2), Keys::many);  // a group too narrow for a few-keys step
+}
+
+TEST(DecodeVariants, FewKeyRangesPerHeadDimAndWave) {
+    // Warp32 (sm_90): 8 key vectors of K and V per lane, teams of one vector per lane.
+    EXPECT_EQ((kFewKeyRange<Cfg<64, Arch::sm90>, 32>), 16);
+    EXPECT_EQ((kFewKeyRange<Cfg<128, Arch::sm90>, 32>), 16);
+    EXPECT_EQ((kFewKeyRange<Cfg<256, Arch::sm90>, 32>), 8);  // a d256 row takes the whole warp
+    // Wave64 (CDNA): two teams of a group at every head dim.
+    EXPECT_EQ((kFewKeyRange<Cfg<64, Arch::gfx90a>, 64>), 16);
+    EXPECT_EQ((kFewKeyRange<Cfg<128, Arch::gfx90a>, 64>), 16);
+    EXPECT_EQ((kFewKeyRange<Cfg<256, Arch::gfx90a>, 64>), 16);
+    // Narrower groups (the group-width tests): fewer keys, never fewer than 4.
+    EXPECT_EQ((kFewKeyRange<Cfg<128, Arch::sm90>, 8>), 4);
+    EXPECT_EQ((kFewKeyRange<Cfg<256, Arch::sm90>, 16>), 4);
+    EXPECT_EQ((kFewKeyRange<Cfg<64, Arch::sm90>, 8>), 8);
+}
+
+template <class T>
+void expect_few_keys_shape(const char* what) {
+    SCOPED_TRACE(what);
+    EXPECT_TRUE(T::kShortKeys);  // one step: no loop, no key splits
+    EXPECT_FALSE(kSplits<T>);
+    FwdParams p{};  // few items, every key in the range: still one split
+    p.batch = 1, p.heads_q = 8, p.heads_kv = 2, p.seqlen_q = 1, p.seqlen_kv = T::kKeyRange, p.head_dim = T::kHeadDim;
+    EXPECT_EQ(make_plan<T>(p, int64_t(1) << 40).splits, 1);
+    EXPECT_LE(T::kKeysPerSlice * T::kVecsPerLane, 8);  // the loads a lane holds at once
+    EXPECT_EQ(T::kKeysPerStep, T::kKeyRange);
+    EXPECT_GE(T::kKeyRange, 4);
+    EXPECT_LE(T::kKeyRange, kMaxFewKeys);
+    EXPECT_EQ(T::kGroupWidth, T::kTeamWidth * T::kSlices);
+    EXPECT_GE(T::kTeamWidth * T::kVecsPerLane * T::kVec, T::kHeadDim);  // a team holds a row
+}
+
+TEST(DecodeVariants, FewKeysShapes) {
+    expect_few_keys_shape<Traits<Cfg<64, Arch::sm90>, 32, 4, Keys::few>>("sm90 d64");
+    expect_few_keys_shape<Traits<Cfg<128, Arch::sm90>, 32, 1, Keys::few>>("sm90 d128");
+    expect_few_keys_shape<Traits<Cfg<256, Arch::sm90>, 32, 2, Keys::few>>("sm90 d256");
+    expect_few_keys_shape<Traits<Cfg<128, Arch::sm90>, 8, 4, Keys::few>>("sm90 d128, groups of 8");
+    expect_few_keys_shape<Traits<Cfg<64, Arch::gfx908>, 64, 4, Keys::few>>("gfx908 d64");
+    expect_few_keys_shape<Traits<Cfg<256, Arch::gfx942>, 64, 4, Keys::few>>("gfx942 d256");
+    expect_few_keys_shape<Traits<Cfg<128, Arch::gfx1100>, 32, 4, Keys::few>>("gfx1100 d128");
+    // The two-key variant is as it was: a team per group, two keys, two vectors a lane on warp32.
+    using Two = Traits<Cfg<128, Arch::sm90>, 32, 4, Keys::two>;
+    EXPECT_EQ(Two::kGroupWidth, 8);
+    EXPECT_EQ(Two::kKeysPerStep, 2);
+    EXPECT_EQ(Two::kVecsPerLane, 2);
+}
+
+}  // namespace
+}  // namespace decode
+}  // namespace fmha
