@@ -124,9 +124,9 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::two>{});
         return fn(Traits<Config, GroupWidth, 4, Keys::two>{});
     }
-    if (keys == Keys::few) {
-        // The tensor-core variant's steps of 16 keys would be mostly empty here, and its work
-        // items (a warp each) hold fewer loads in flight (docs/decisions.md).
+    // A few keys: the tensor-core variant where the arch has it (its 16-key steps, mostly
+    // empty, measured faster than the few-keys variant: docs/decisions.md), else one step.
+    if (!kUsesWarpMma<Config, GroupWidth> && keys == Keys::few) {
         if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::few>{});
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::few>{});
         return fn(Traits<Config, GroupWidth, 4, Keys::few>{});
