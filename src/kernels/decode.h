@@ -109,8 +109,10 @@ inline constexpr int kMaxLongRows = kArchFacts[static_cast<int>(Config::arch)].p
 template <class Config, int GroupWidth, class Fn>
 auto with_variant(const FwdParams& p, Fn&& fn) {
     const int rows = rows_per_pass(p);
-    const Keys keys = key_variant(p.seqlen_kv, kFewKeyRange<Config, GroupWidth>);
-    if (has_run_time_options(p)) {
+    const bool options = has_run_time_options(p);
+    const Keys keys = key_variant(p.seqlen_kv, kFewKeyRange<Config, GroupWidth>,
+                                  kUsesWarpMma<Config, GroupWidth> && !options);
+    if (options) {
         // One variant per key range instead of one per row count keeps the build time: more
         // rows than a pass holds take more passes. The few-keys variant serves two keys too.
         if (keys != Keys::many) return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::few>>{});
@@ -124,9 +126,7 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::two>{});
         return fn(Traits<Config, GroupWidth, 4, Keys::two>{});
     }
-    // A few keys: the tensor-core variant where the arch has it (its 16-key steps, mostly
-    // empty, measured faster than the few-keys variant: docs/decisions.md), else one step.
-    if (!kUsesWarpMma<Config, GroupWidth> && keys == Keys::few) {
+    if (keys == Keys::few) {
         if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::few>{});
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::few>{});
         return fn(Traits<Config, GroupWidth, 4, Keys::few>{});

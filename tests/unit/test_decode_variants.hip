@@ -22,6 +22,10 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
     EXPECT_EQ(key_variant(8, 8), Keys::few);
     EXPECT_EQ(key_variant(9, 8), Keys::many);
     EXPECT_EQ(key_variant(3, 2), Keys::many);  // a group too narrow for a few-keys step
+    // Plain launches on warp MMAs: a few keys stay on the tensor-core loop, two keep theirs.
+    EXPECT_EQ(key_variant(2, 16, true), Keys::two);
+    EXPECT_EQ(key_variant(3, 16, true), Keys::many);
+    EXPECT_EQ(key_variant(16, 16, true), Keys::many);
 }
 
 TEST(DecodeVariants, FewKeyRangesPerHeadDimAndWave) {

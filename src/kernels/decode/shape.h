@@ -24,9 +24,12 @@ inline constexpr int kMaxFewKeys = 16;
 
 // The heuristic's choice of key variant for seqlen_kv keys, where the `few` variant takes up to
 // few_range of them. Two keys keep the `two` variant (one key per lane slice, several work items
-// a wave); past few_range, the loop.
-constexpr Keys key_variant(int seqlen_kv, int few_range) {
-    return seqlen_kv <= kShortKeyRange ? Keys::two : seqlen_kv <= few_range ? Keys::few : Keys::many;
+// a wave); past few_range, the loop. Where the loop runs on warp MMAs (tensor_cores), a few keys
+// stay on it: measured faster there than the `few` variant (docs/decisions.md).
+constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = false) {
+    return seqlen_kv <= kShortKeyRange                  ? Keys::two
+           : seqlen_kv <= few_range && !tensor_cores ? Keys::few
+                                                       : Keys::many;
 }
 
 // Block and split sizes every variant shares.
