@@ -68,8 +68,8 @@ inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) 
 
 template <class Config>
 PrefillTiling tiling_of(const FwdParams& p) {
-    return PrefillTiling::of(p, Traits<Config>::kBlockRows, wgmma::kRows, Config::mask == Mask::causal,
-                             kPersistentMaxQueryBlocks);
+    return PrefillTiling::of(p, Traits<Config>::kBlockRows, Config::mask == Mask::causal,
+                             kPersistentMaxQueryBlocks, multiprocessor_count());
 }
 
 template <class Config>
@@ -120,7 +120,7 @@ using Traits = MfmaTraits<Config>;
 // registers allow.
 template <class Config>
 PrefillTiling tiling_of(const FwdParams& p) {
-    return PrefillTiling::of(p, Traits<Config>::kBlockRows, mfma::kBlock, Config::mask == Mask::causal, 0);
+    return PrefillTiling::of(p, Traits<Config>::kBlockRows, Config::mask == Mask::causal, 0, 0);
 }
 template <class Config>
 unsigned launch_blocks(const PrefillTiling& tiling) {

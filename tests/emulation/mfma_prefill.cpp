@@ -60,7 +60,7 @@ bool run(const Case& c, unsigned seed) {
     p.window = c.window;
     p.lse = c.lse ? lse.data() : nullptr;
     // As mmaprefill.h's tiling_of (whose header needs the HIP runtime) makes it for AMD.
-    const PrefillTiling tiling = PrefillTiling::of(p, mmaprefill::MfmaTraits<Config>::kBlockRows, mfma::kBlock, kCausal, 0);
+    const PrefillTiling tiling = PrefillTiling::of(p, mmaprefill::MfmaTraits<Config>::kBlockRows, kCausal, 0, 0);
     const int blocks = int(std::min<int64_t>(tiling.units, c.blocks));
     gridDim.x = blocks;
     for (int block = 0; block < blocks; ++block) {

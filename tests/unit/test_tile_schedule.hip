@@ -2,6 +2,7 @@
 // block) is one tile of one block's steps, and persistent causal units cost alike.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -20,10 +21,11 @@ FwdParams shape(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k
 
 // Walks every block's steps as the kernel does; counts each (batch, query head, position) row
 // covered, and each block's key tiles (causal: a query block's rows see keys up to its last
-// row's diagonal).
+// row's diagonal), and notes each tile's first row.
 struct Coverage {
     std::map<std::tuple<int64_t, int, int>, int> rows;
     std::vector<int64_t> key_tiles_per_block;
+    std::vector<int> first_rows;  // of every tile taken
 };
 Coverage walk(const FwdParams& p, const PrefillTiling& t, int blocks, bool causal, int block_keys) {
     Coverage c;
@@ -33,12 +35,14 @@ Coverage walk(const FwdParams& p, const PrefillTiling& t, int blocks, bool causa
             const int index = persistent_tile(t, step, block, blocks);
             if (index < 0) continue;
             const PrefillTile tile = locate_tile(t, index, p.heads_q, p.heads_kv);
-            if (!tile.exists || tile.position0 >= p.seqlen_q) continue;
-            const int last = std::min(tile.position0 + t.rows_per_head, p.seqlen_q) - 1;
+            const int position0 = first_position(t, tile, p.seqlen_q);
+            const int last = std::min(position0 + t.rows_per_head, p.seqlen_q) - 1;
+            if (!tile.exists || std::max(position0, 0) > last) continue;
             const int keys = causal ? std::min(p.seqlen_kv, last + p.seqlen_kv - p.seqlen_q + 1) : p.seqlen_kv;
             c.key_tiles_per_block[block] += (keys + block_keys - 1) / block_keys;
+            c.first_rows.push_back(std::max(position0, 0));
             for (int h = 0; h < tile.heads; ++h)
-                for (int position = tile.position0; position <= last; ++position)
+                for (int position = std::max(position0, 0); position <= last; ++position)
                     ++c.rows[{tile.batch, tile.head0 + h, position}];
         }
     }
@@ -51,28 +55,49 @@ void expect_every_row_once(const FwdParams& p, const Coverage& c) {
 }
 
 TEST(TileSchedule, PersistentCausalPairsEveryQueryBlockWithItsMirror) {
-    for (int seqlen : {1024, 1000, 640, 200}) {  // even and odd query-block counts, a partial last block
-        const FwdParams p = shape(3, 8, 2, seqlen, seqlen);
-        const PrefillTiling t = PrefillTiling::of(p, 128, 64, /*causal=*/true, 8);
-        ASSERT_TRUE(t.persistent);
-        EXPECT_EQ(t.tiles_per_unit, 2) << seqlen;
-        expect_every_row_once(p, walk(p, t, 7, true, 128));
-    }
+    for (int rows : {128, 192})
+        for (int seqlen : {1024, 1000, 640, 200}) {  // even and odd query-block counts, partial blocks
+            const FwdParams p = shape(3, 8, 2, seqlen, seqlen);
+            const PrefillTiling t = PrefillTiling::of(p, rows, /*causal=*/true, 8, 7);
+            ASSERT_TRUE(t.persistent);
+            EXPECT_EQ(t.tiles_per_unit, 2) << seqlen;
+            expect_every_row_once(p, walk(p, t, 7, true, 128));
+        }
 }
 
-TEST(TileSchedule, NoPairsWhereTheLastQueryBlockLeavesConsumersIdle) {
-    const FwdParams p = shape(3, 8, 2, 1024, 1024);  // 192-row tiles: the last holds 64 rows, one consumer's
-    const PrefillTiling t = PrefillTiling::of(p, 192, 64, true, 8);
+TEST(TileSchedule, NoPairsWhereTilesAreFewerThanMultiprocessors) {
+    // 2 heads x 2 query blocks on 132 multiprocessors: pairs would leave half the tiles waiting.
+    const FwdParams p = shape(1, 2, 2, 130, 130);
+    const PrefillTiling t = PrefillTiling::of(p, 128, true, 8, 132);
+    EXPECT_TRUE(t.persistent);
     EXPECT_EQ(t.tiles_per_unit, 1);
-    EXPECT_GT(t.section_heads, 0);
-    expect_every_row_once(p, walk(p, t, 7, true, 128));
+    EXPECT_EQ(t.units, 4);
+    expect_every_row_once(p, walk(p, t, 4, true, 128));
+}
+
+TEST(TileSchedule, CausalQueryBlocksEndAtTheSequenceEnd) {
+    // 1024 positions in 192-row tiles: the partial block (64 rows) is the first, which sees the
+    // fewest keys; every other block holds 192 rows, the last ending at position 1023.
+    const FwdParams p = shape(1, 1, 1, 1024, 1024);
+    const PrefillTiling t = PrefillTiling::of(p, 192, true, 8, 1);
+    EXPECT_TRUE(t.end_aligned);
+    const Coverage c = walk(p, t, 1, true, 112);
+    expect_every_row_once(p, c);
+    std::vector<int> firsts = c.first_rows;
+    std::sort(firsts.begin(), firsts.end());
+    EXPECT_EQ(firsts, (std::vector<int>{0, 64, 256, 448, 640, 832}));
+    EXPECT_EQ(c.key_tiles_per_block[0], 1 + 3 + 4 + 6 + 8 + 10);  // 64, 256, ... 1024 keys in tiles of 112
+
+    const PrefillTiling plain = PrefillTiling::of(p, 192, false, 8, 1);  // without the mask, blocks start at 0
+    EXPECT_FALSE(plain.end_aligned);
+    EXPECT_EQ(walk(p, plain, 1, false, 112).first_rows.back(), 960);
 }
 
 TEST(TileSchedule, PairedUnitsBalanceTheBlocks) {
     // b4 h32 s1024, 128-row tiles on 132 blocks: a query block's key tiles range from 1 to 8;
     // each unit holds 9, so no block holds more than one unit above the average.
     const FwdParams p = shape(4, 32, 32, 1024, 1024);
-    const PrefillTiling t = PrefillTiling::of(p, 128, 64, true, 8);
+    const PrefillTiling t = PrefillTiling::of(p, 128, true, 8, 132);
     const Coverage c = walk(p, t, 132, true, 128);
     expect_every_row_once(p, c);
     int64_t most = 0, total = 0;
@@ -83,13 +108,13 @@ TEST(TileSchedule, PairedUnitsBalanceTheBlocks) {
 
 TEST(TileSchedule, OneTilePerBlockAndPersistentNonCausalCoverEveryRow) {
     const FwdParams long_causal = shape(2, 4, 4, 4096, 4096);
-    const PrefillTiling one_per_block = PrefillTiling::of(long_causal, 128, 64, true, 8);
+    const PrefillTiling one_per_block = PrefillTiling::of(long_causal, 128, true, 8, 132);
     EXPECT_FALSE(one_per_block.persistent);
     EXPECT_GT(one_per_block.section_heads, 0);
     expect_every_row_once(long_causal, walk(long_causal, one_per_block, int(one_per_block.units), true, 128));
 
     const FwdParams short_plain = shape(5, 6, 3, 1000, 1000);
-    const PrefillTiling persistent = PrefillTiling::of(short_plain, 192, 64, false, 8);
+    const PrefillTiling persistent = PrefillTiling::of(short_plain, 192, false, 8, 11);
     EXPECT_TRUE(persistent.persistent);
     EXPECT_EQ(persistent.tiles_per_unit, 1);
     expect_every_row_once(short_plain, walk(short_plain, persistent, 11, false, 128));
@@ -97,7 +122,7 @@ TEST(TileSchedule, OneTilePerBlockAndPersistentNonCausalCoverEveryRow) {
 
 TEST(TileSchedule, PackedGqaTilesCoverEveryHead) {
     const FwdParams p = shape(2, 12, 2, 40, 300);  // 6 heads per KV head, 40 positions: 3 heads per 128-row tile
-    const PrefillTiling t = PrefillTiling::of(p, 128, 64, true, 8);
+    const PrefillTiling t = PrefillTiling::of(p, 128, true, 8, 5);
     EXPECT_EQ(t.heads_per_tile, 3);
     expect_every_row_once(p, walk(p, t, 5, true, 128));
 }

@@ -9,7 +9,9 @@
 // that the last wave is short), within sections of KV heads whose K/V fit in a share of L2
 // together. Persistent causal launches pair each query block with its mirror image (q and
 // query_blocks - 1 - q), so that every unit a block takes costs about the same
-// (docs/mmaprefill.md).
+// (docs/mmaprefill.md). Causal query blocks of one head end at the sequence's end, so that a
+// partial block is the first, which sees the fewest keys, rather than the last, which sees them
+// all with few of its consumers busy.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -30,14 +32,16 @@ struct PrefillTiling {
     int query_blocks;      // tiles along the positions
     int64_t tiles;
     int section_heads;     // longest first: (batch, KV head) pairs per section; 0: query blocks fastest
+    bool end_aligned;      // query block q's rows end (query_blocks - q) x rows_per_head before the sequence's end
     bool persistent;       // blocks take units in rounds (else one block per tile)
     int tiles_per_unit;    // 2: a unit is a query block and its mirror (persistent causal), else 1
     int64_t units;         // tiles / tiles_per_unit
 
-    // The family's tile: `block_rows` query rows in warpgroups (or waves) of `consumer_rows`;
-    // a persistent grid pays where tiles see few key tiles: `persistent_max_query_blocks`.
-    static PrefillTiling of(const FwdParams& p, int block_rows, int consumer_rows, bool causal,
-                            int persistent_max_query_blocks) {
+    // The family's tile: `block_rows` query rows; a persistent grid pays where tiles see few
+    // key tiles: `persistent_max_query_blocks`; pairs pay where tiles outnumber the
+    // multiprocessors (else they halve the blocks at work).
+    static PrefillTiling of(const FwdParams& p, int block_rows, bool causal, int persistent_max_query_blocks,
+                            int multiprocessors) {
         PrefillTiling t;
         const int group = p.heads_q / p.heads_kv;
         const bool pack = p.seqlen_q < block_rows && group > 1;
@@ -45,12 +49,11 @@ struct PrefillTiling {
         t.heads_per_tile = pack ? (group < block_rows / p.seqlen_q ? group : block_rows / p.seqlen_q) : 1;
         t.head_tiles = (group + t.heads_per_tile - 1) / t.heads_per_tile;
         t.query_blocks = (p.seqlen_q + t.rows_per_head - 1) / t.rows_per_head;
+        t.end_aligned = causal && t.heads_per_tile == 1;
         t.persistent = t.query_blocks <= persistent_max_query_blocks;
-        // Pairs cost alike where a tile's cost follows its key tiles: every consumer of the last
-        // query block has rows (else its few busy consumers make it cheap; longest first then).
-        const bool last_block_busy = (p.seqlen_q - 1) % t.rows_per_head >= t.rows_per_head - consumer_rows;
-        t.tiles_per_unit = t.persistent && causal && t.query_blocks > 1 && last_block_busy ? 2 : 1;
         const int64_t pairs = int64_t(p.batch) * p.heads_kv;
+        const bool many = pairs * t.head_tiles * t.query_blocks > multiprocessors;
+        t.tiles_per_unit = t.persistent && causal && t.query_blocks > 1 && many ? 2 : 1;
         // Paired: (query_blocks + 1) / 2 units per head tile, the middle one of an odd count alone.
         const int unit_blocks = t.tiles_per_unit == 2 ? (t.query_blocks + 1) / 2 * 2 : t.query_blocks;
         t.tiles = pairs * t.head_tiles * unit_blocks;
@@ -69,7 +72,7 @@ struct PrefillTile {
     int head_kv;
     int head0;     // first query head
     int heads;     // query heads in this tile (the group's last tile may hold fewer)
-    int position0; // first position of each head
+    int position0; // first position of each head, before end alignment (first_position())
     bool exists;   // false for the empty second half of a paired unit (an odd count's middle block)
 };
 
@@ -105,6 +108,12 @@ __host__ __device__ inline PrefillTile locate_tile(const PrefillTiling& t, int i
     tile.position0 = query_block * t.rows_per_head;
     tile.exists = exists;
     return tile;
+}
+
+// The position of a tile's first row in its sequence of len_q positions: negative where an
+// end-aligned tile begins before the sequence (its rows there do not exist).
+__host__ __device__ inline int first_position(const PrefillTiling& t, const PrefillTile& tile, int len_q) {
+    return t.end_aligned ? tile.position0 - (t.query_blocks * t.rows_per_head - len_q) : tile.position0;
 }
 
 // The tile a persistent block takes at its step `step`, or -1 past the last: units of

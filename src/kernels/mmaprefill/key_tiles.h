@@ -19,7 +19,7 @@ namespace mmaprefill {
 // the key tiles its rows see, walked back from kv_end.
 template <bool kCausal>
 struct TileWork {
-    PrefillTile tile;
+    PrefillTile tile;   // position0: first_position(), negative where the tile begins before the sequence
     int len_q, len_kv;
     KeyMask<kCausal> mask;
     int last_position;  // of the tile's rows that exist
@@ -32,16 +32,21 @@ struct TileWork {
         w.tile = locate_tile(tiling, index, p.heads_q, p.heads_kv);
         w.len_q = sequence_length(p.seqlens_q, w.tile.batch, p.seqlen_q);
         w.len_kv = sequence_length(p.seqlens_kv, w.tile.batch, p.seqlen_kv);
-        w.has_rows = w.tile.exists && w.tile.position0 < w.len_q;
+        if (kCausal) w.tile.position0 = first_position(tiling, w.tile, w.len_q);
+        w.has_rows = w.tile.exists && w.tile.position0 < w.len_q && (!kCausal || w.tile.position0 + tiling.rows_per_head > 0);
         w.mask = KeyMask<kCausal>::of(w.len_q, w.len_kv, p.window);
         w.last_position = min(w.tile.position0 + tiling.rows_per_head, w.len_q) - 1;
         int kv_begin = 0;
         w.kv_end = 0;
-        if (w.has_rows) w.mask.key_range(w.tile.position0, w.last_position, kv_begin, w.kv_end);
+        if (w.has_rows) w.mask.key_range(inside(w.tile.position0), w.last_position, kv_begin, w.kv_end);
         w.key_tiles = (w.kv_end - kv_begin + block_keys - 1) / block_keys;
         return w;
     }
     __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
+    // Only causal tiles are end-aligned (PrefillTiling::of), so only theirs may begin before the
+    // sequence: the first position at or after `position` inside it, and whether a row exists.
+    __device__ static int inside(int position) { return kCausal ? max(position, 0) : position; }
+    __device__ bool has_position(int position) const { return (!kCausal || position >= 0) && position < len_q; }
 };
 
 // What a consumer's main loop needs of a work tile, in few registers: where its key tiles are,
@@ -63,8 +68,8 @@ struct KeyTiles {
         KeyTiles k;
         k.kv_end = w.kv_end, k.count = w.key_tiles, k.window = window;
         const bool packed = tiling.heads_per_tile > 1;
-        const int first = packed ? w.tile.position0 : w.tile.position0 + row0;
-        const int last = packed ? w.last_position : min(first + consumer_rows - 1, w.len_q - 1);
+        const int first = w.inside(packed ? w.tile.position0 : w.tile.position0 + row0);
+        const int last = packed ? w.last_position : min(w.tile.position0 + row0 + consumer_rows - 1, w.len_q - 1);
         k.masked_above = kCausal ? w.mask.diagonal(first) : w.len_kv - 1;
         k.masked_below = kCausal ? max(w.mask.diagonal(last) - window, -1) : -1;
         for (int h = 0; h < kThreadRows; ++h) k.diagonal[h] = w.mask.diagonal(position[h]);

@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
 
     // Tile row r's position, and whether it exists (a packed tile's head, inside the sequence).
     const auto position_of = [&](int r) { return work.tile.position0 + r % tiling.rows_per_head; };
-    const auto row_exists = [&](int r) { return r / tiling.rows_per_head < work.tile.heads && position_of(r) < work.len_q; };
+    const auto row_exists = [&](int r) { return r / tiling.rows_per_head < work.tile.heads && work.has_position(position_of(r)); };
     // Chunk c of this thread in a K or V tile: its key and first head-dim column (chunks run
     // along the rows, so a wave's loads are whole rows).
     const auto chunk_of = [&](int c, int& key, int& column) {

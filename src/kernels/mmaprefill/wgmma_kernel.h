@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
     auto position_of = [&](int row) { return work.tile.position0 + row % tiling.rows_per_head; };
     auto output_row = [&](int row) -> uint16_t* {
         const int head_in_tile = row / tiling.rows_per_head;
-        if (head_in_tile >= work.tile.heads || position_of(row) >= work.len_q) return nullptr;
+        if (head_in_tile >= work.tile.heads || !work.has_position(position_of(row))) return nullptr;
         return static_cast<uint16_t*>(p.o) + work.tile.batch * p.o_strides.batch +
                int64_t(work.tile.head0 + head_in_tile) * p.o_strides.head + int64_t(position_of(row)) * p.o_strides.row;
     };
@@ -381,11 +381,12 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
             *reinterpret_cast<uint32_t*>(output_rows + wgmma::swizzled_offset(T::kBlockRows, row0 + at.row, at.column)) =
                 hopper::pack_pair<kDType>(o[e] * scale, o[e + 1] * scale);
         }
-        // A TMA store where it writes only rows that exist: one head's rows, ending inside the
-        // sequence or cut off by the tensor's end. Elsewhere (GQA heads packed in a tile, the
-        // end of a variable-length sequence) the threads copy the rows that exist.
+        // A TMA store where it writes only rows that exist: one head's rows, starting inside the
+        // sequence and ending inside it or cut off by the tensor's end. Elsewhere (GQA heads
+        // packed in a tile, either end of a sequence) the threads copy the rows that exist.
         const int position0 = work.tile.position0 + row0;
-        if (tiling.heads_per_tile == 1 && (position0 + wgmma::kRows <= work.len_q || work.len_q == p.seqlen_q)) {
+        if (tiling.heads_per_tile == 1 && (!kCausal || position0 >= 0) &&
+            (position0 + wgmma::kRows <= work.len_q || work.len_q == p.seqlen_q)) {
             hopper::fence_async_shared();
             hopper::named_barrier_sync(epilogue, wgmma::kThreads);
             if (thread == 0) {
