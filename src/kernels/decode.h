@@ -13,7 +13,8 @@
 //   a group of its own and stores each row as soon as it is done.
 // - few keys (3 to 16 keys; 8 at head dim 256 on warp32): one step, no loop; the group's teams
 //   take interleaved keys, each lane the loads of up to 8 keys of K and V at once; each row's
-//   slices merge and it is stored as soon as it is done.
+//   slices merge and it is stored as soon as it is done. Beside warp MMAs (sm_90, head dims 64
+//   and 128) it takes 3 to 8 keys in ranges of 4 or 8, one team per work item, as two keys do.
 // - long keys on CUDA cores: inside a group, a team of kTeamWidth lanes holds one key row
 //   (each lane one or more 16-byte vectors of it), and the group's kSlices teams take
 //   interleaved keys, so one load instruction of the group reads kSlices consecutive key
@@ -104,6 +105,15 @@ template <class Config>
 inline constexpr int kMaxLongRows = kArchFacts[static_cast<int>(Config::arch)].platform == Platform::amd &&
                                     wave_size(Config::arch) == 32 ? 4 : 8;
 
+// Calls fn(Traits{}) with the few-keys variant of range FewRange for `rows` rows a pass (more
+// rows take passes of 4).
+template <class Config, int GroupWidth, int FewRange, class Fn>
+auto with_few_keys(int rows, Fn&& fn) {
+    if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::few, FewRange>{});
+    if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::few, FewRange>{});
+    return fn(Traits<Config, GroupWidth, 4, Keys::few, FewRange>{});
+}
+
 // Calls fn(Traits{}) with the variant the problem needs: rows per pass, the key range (one step
 // of two or of a few keys, or the loop: key_variant() in decode/shape.h), CUDA cores or warp MMAs.
 template <class Config, int GroupWidth, class Fn>
@@ -111,7 +121,7 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
     const int rows = rows_per_pass(p);
     const bool options = has_run_time_options(p);
     const Keys keys = key_variant(p.seqlen_kv, kFewKeyRange<Config, GroupWidth>,
-                                  kUsesWarpMma<Config, GroupWidth> && !options);
+                                  kUsesWarpMma<Config, GroupWidth> && !options, rows);
     if (options) {
         // One variant per key range instead of one per row count keeps the build time: more
         // rows than a pass holds take more passes. The few-keys variant serves two keys too.
@@ -127,9 +137,13 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         return fn(Traits<Config, GroupWidth, 4, Keys::two>{});
     }
     if (keys == Keys::few) {
-        if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::few>{});
-        if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::few>{});
-        return fn(Traits<Config, GroupWidth, 4, Keys::few>{});
+        // Beside warp MMAs the narrow ranges, one team per work item (decode/shape.h).
+        if constexpr (kUsesWarpMma<Config, GroupWidth>) {
+            if (narrow_few_range(p.seqlen_kv) == 4) return with_few_keys<Config, GroupWidth, 4>(rows, fn);
+            return with_few_keys<Config, GroupWidth, kMaxNarrowFewKeys>(rows, fn);
+        } else {
+            return with_few_keys<Config, GroupWidth, kMaxFewKeys>(rows, fn);
+        }
     }
     if constexpr (kUsesWarpMma<Config, GroupWidth>) {
         if (rows <= 8) return fn(MmaTraits<Config, 1>{});

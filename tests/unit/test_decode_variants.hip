@@ -22,10 +22,19 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
     EXPECT_EQ(key_variant(8, 8), Keys::few);
     EXPECT_EQ(key_variant(9, 8), Keys::many);
     EXPECT_EQ(key_variant(3, 2), Keys::many);  // a group too narrow for a few-keys step
-    // Plain launches on warp MMAs: a few keys stay on the tensor-core loop, two keep theirs.
+    // Plain launches beside warp MMAs: the narrow few-keys ranges up to 8 keys and 4 rows a
+    // pass, the tensor-core loop past them; two keys keep theirs.
     EXPECT_EQ(key_variant(2, 16, true), Keys::two);
-    EXPECT_EQ(key_variant(3, 16, true), Keys::many);
+    EXPECT_EQ(key_variant(2, 16, true, 16), Keys::two);
+    EXPECT_EQ(key_variant(3, 16, true), Keys::few);
+    EXPECT_EQ(key_variant(8, 16, true, 4), Keys::few);
+    EXPECT_EQ(key_variant(8, 16, true, 8), Keys::many);  // 8 rows: one read of K/V on tensor cores
+    EXPECT_EQ(key_variant(9, 16, true), Keys::many);
     EXPECT_EQ(key_variant(16, 16, true), Keys::many);
+    EXPECT_EQ(narrow_few_range(3), 4);
+    EXPECT_EQ(narrow_few_range(4), 4);
+    EXPECT_EQ(narrow_few_range(5), 8);
+    EXPECT_EQ(narrow_few_range(8), 8);
 }
 
 TEST(DecodeVariants, FewKeyRangesPerHeadDimAndWave) {
@@ -67,6 +76,20 @@ TEST(DecodeVariants, FewKeysShapes) {
     expect_few_keys_shape<Traits<Cfg<64, Arch::gfx908>, 64, 4, Keys::few>>("gfx908 d64");
     expect_few_keys_shape<Traits<Cfg<256, Arch::gfx942>, 64, 4, Keys::few>>("gfx942 d256");
     expect_few_keys_shape<Traits<Cfg<128, Arch::gfx1100>, 32, 4, Keys::few>>("gfx1100 d128");
+    // The narrow ranges beside warp MMAs: one team per work item, several items a warp.
+    expect_few_keys_shape<Traits<Cfg<64, Arch::sm90>, 32, 4, Keys::few, 4>>("sm90 d64, 4 keys");
+    expect_few_keys_shape<Traits<Cfg<128, Arch::sm90>, 32, 1, Keys::few, 8>>("sm90 d128, 8 keys");
+    using Four = Traits<Cfg<128, Arch::sm90>, 32, 4, Keys::few, 4>;
+    EXPECT_EQ(Four::kKeyRange, 4);
+    EXPECT_EQ(Four::kGroupWidth, 8);  // as the two-key variant's: two vectors a lane
+    EXPECT_EQ(Four::kVecsPerLane, 2);
+    EXPECT_FALSE(Four::kSkipsEmptySlots);
+    using Eight = Traits<Cfg<128, Arch::sm90>, 32, 4, Keys::few, 8>;
+    EXPECT_EQ(Eight::kKeyRange, 8);
+    EXPECT_EQ(Eight::kGroupWidth, 16);
+    EXPECT_EQ(Eight::kVecsPerLane, 1);
+    EXPECT_TRUE(Eight::kWidensQueryOnce);
+    EXPECT_TRUE((Traits<Cfg<128, Arch::sm90>, 32, 4, Keys::few>::kSkipsEmptySlots));  // the 16-key range
     // The two-key variant is as it was: a team per group, two keys, two vectors a lane on warp32.
     using Two = Traits<Cfg<128, Arch::sm90>, 32, 4, Keys::two>;
     EXPECT_EQ(Two::kGroupWidth, 8);

@@ -31,6 +31,20 @@ __device__ inline float dot(const uint4 (&a)[T::kVecsPerLane], const uint4 (&b)[
     return sum;
 }
 
+// The same, with a's elements already widened ([vector][element]).
+template <class T, class Numeric>
+__device__ inline float dot(const float (&a)[T::kVecsPerLane][8], const uint4 (&b)[T::kVecsPerLane]) {
+    float sum = 0.f;
+#pragma unroll
+    for (int v = 0; v < T::kVecsPerLane; ++v) {
+        float y[8];
+        unpack8<Numeric>(b[v], y);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum = fmaf(a[v][e], y[e], sum);
+    }
+    return sum;
+}
+
 template <class T, class Config>
 __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, const Plan plan) {
     constexpr int GroupWidth = T::kGroupWidth;
@@ -137,11 +151,11 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         auto v_row = [&](int key) { return T::kOptions ? v_paged.row(key, p.v_strides) : v_rows + int64_t(key) * p.v_strides.row; };
         auto process_step = [&](int step) {
             const int first_key = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
-            // The few-keys variant skips the work of key slots u that no lane's key fills (its
-            // range may hold far fewer keys than its step): a count uniform over the wave, as
-            // the shuffles of the groups sharing it need.
+            // The 16-key few-keys range skips the work of key slots u that no lane's key fills
+            // (its range may hold far fewer keys than its step): a count uniform over the wave,
+            // as the shuffles of the groups sharing it need (T::kSkipsEmptySlots).
             [[maybe_unused]] int live_slots = U;
-            if constexpr (T::kKeys == Keys::few)
+            if constexpr (T::kSkipsEmptySlots)
                 live_slots = uniform_trip_count<T>((kv_hi - first_key + T::kSlices - 1) / T::kSlices);
             // Issue every load of the step before any use.
             uint4 k[U][V], val[U][V];
@@ -163,12 +177,19 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 float score[U];
+                [[maybe_unused]] float q_wide[V][8];  // T::kWidensQueryOnce
+                if constexpr (T::kWidensQueryOnce) {
+#pragma unroll
+                    for (int v = 0; v < V; ++v) unpack8<Numeric>(q[r][v], q_wide[v]);
+                }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     score[u] = -INFINITY;
-                    if (T::kKeys == Keys::few && u >= live_slots) continue;
+                    if (T::kSkipsEmptySlots && u >= live_slots) continue;
                     const int key = first_key + u * T::kSlices + slice;
-                    const float s = Team::sum(dot<T, Numeric>(q[r], k[u]));
+                    float s;
+                    if constexpr (T::kWidensQueryOnce) s = Team::sum(dot<T, Numeric>(q_wide, k[u]));
+                    else s = Team::sum(dot<T, Numeric>(q[r], k[u]));
                     if constexpr (T::kOptions)
                         score[u] = key < kv_hi && rows[r].template sees<kCausal>(key, p.window) ? scoring[r].log2_score(s, key) : -INFINITY;
                     else
@@ -187,7 +208,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
-                    if (T::kKeys == Keys::few && u >= live_slots) continue;
+                    if (T::kSkipsEmptySlots && u >= live_slots) continue;
                     const float prob = exp2f(score[u] - reference);
                     row_sum[r] += prob;
 #pragma unroll

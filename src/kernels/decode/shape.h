@@ -16,21 +16,33 @@ constexpr int max_of(int a, int b) { return a > b ? a : b; }
 
 // The key ranges of the variants. A one-step variant holds every key of its range at once (no
 // loop): `two` up to kShortKeyRange keys (the headline's seqlen_kv = 2), `few` up to its
-// Traits::kKeyRange (at most kMaxFewKeys: 16 for head dims 64 and 128, 8 for 256 on warp32,
-// see Traits); `many` loops over steps of keys (any range).
+// Traits::kKeyRange (its FewRange, at most kMaxFewKeys: 16 for head dims 64 and 128, 8 for 256 on
+// warp32, see Traits); `many` loops over steps of keys (any range).
 enum class Keys { two, few, many };
 inline constexpr int kShortKeyRange = 2;
 inline constexpr int kMaxFewKeys = 16;
+// Beside warp MMAs (where the loop runs on tensor cores) the few-keys variant comes in two narrow
+// ranges, 4 and 8 keys (narrow_few_range()), each a team of lanes per work item, so that a warp
+// holds the loads of 2 to 8 work items at once; it takes up to 8 keys and 4 query rows a pass.
+// Past them the tensor-core variant: 16 keys, or 8 rows a pass (one read of K/V where the
+// few-keys variant would take two passes), measured faster on it (docs/decisions.md).
+inline constexpr int kMaxNarrowFewKeys = 8;
+inline constexpr int kMaxNarrowFewRows = 4;
 
-// The heuristic's choice of key variant for seqlen_kv keys, where the `few` variant takes up to
-// few_range of them. Two keys keep the `two` variant (one key per lane slice, several work items
-// a wave); past few_range, the loop. Where the loop runs on warp MMAs (tensor_cores), a few keys
-// stay on it: measured faster there than the `few` variant (docs/decisions.md).
-constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = false) {
-    return seqlen_kv <= kShortKeyRange                  ? Keys::two
-           : seqlen_kv <= few_range && !tensor_cores ? Keys::few
-                                                       : Keys::many;
+// The heuristic's choice of key variant for seqlen_kv keys and `rows` query rows per KV head,
+// where the `few` variant takes up to few_range keys. Two keys keep the `two` variant (one key
+// per lane slice, several work items a wave); past few_range, the loop. Where the loop runs on
+// warp MMAs (tensor_cores), the narrow few-keys ranges instead.
+constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = false, int rows = 1) {
+    return seqlen_kv <= kShortKeyRange ? Keys::two
+           : tensor_cores ? (seqlen_kv <= kMaxNarrowFewKeys && rows <= kMaxNarrowFewRows ? Keys::few : Keys::many)
+           : seqlen_kv <= few_range ? Keys::few
+                                    : Keys::many;
 }
+
+// The narrow few-keys range that holds seqlen_kv keys (3 to kMaxNarrowFewKeys): 4 keys of two
+// vectors a lane (teams of head_dim / 16 lanes, as the two-key variant's), else 8 keys of one.
+constexpr int narrow_few_range(int seqlen_kv) { return seqlen_kv <= 4 ? 4 : kMaxNarrowFewKeys; }
 
 // Block and split sizes every variant shares.
 struct BlockShape {
@@ -55,22 +67,26 @@ struct WithOptions : Base {
 // MaxGroupWidth: the wave size, or less (tests). KeyRange: Keys::two, the variant whose key
 // range fits one step (the headline's seqlen_kv = 2), where slicing keys across teams would
 // leave lanes idle: there each team is its own group, so a wave serves several work items at
-// once. Keys::few: one step of up to kKeyRange keys, sliced across the group's teams, each lane
-// holding every load of its kKeysPerSlice keys at once (all of them issued before any use).
+// once. Keys::few: one step of up to kKeyRange keys (FewRange, or fewer where the group is too
+// narrow), sliced across the group's teams, each lane holding every load of its kKeysPerSlice
+// keys at once (all of them issued before any use). The narrow ranges (4 and 8, beside warp
+// MMAs) are one slice: the team is the group, several work items a wave, as with two keys.
 // Keys::many: the long-keys loop.
 
-template <class Config, int MaxGroupWidth, int Rows, Keys KeyRange>
+template <class Config, int MaxGroupWidth, int Rows, Keys KeyRange, int FewRange = kMaxFewKeys>
 struct Traits : BlockShape {
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kWaveSize = wave_size(Config::arch);
     static constexpr int kVec = vector_bytes(Config::arch) / 2;               // elements per load
     static constexpr int kVecsPerRow = kHeadDim / kVec;
     // On warp32 the two-key variant gives each lane two vectors of a row: twice the loads in
-    // flight per lane for a few more registers, measured faster (docs/decisions.md). Wave64
-    // keeps one: two would take gfx908's four-row variant from 2 waves per SIMD to 1. The
-    // few-keys variant has loads of several keys in flight per lane and keeps one (fewer
-    // registers for the rows' queries and sums).
-    static constexpr int kShortVecsPerLane = kWaveSize == 32 && KeyRange == Keys::two ? 2 : 1;
+    // flight per lane for a few more registers, measured faster (docs/decisions.md), and so does
+    // the four-key range of the few-keys variant (its 4 keys x 2 vectors of K and of V are as
+    // many loads as 8 keys of one). Wave64 keeps one: two would take gfx908's four-row variant
+    // from 2 waves per SIMD to 1. The wider few-keys ranges have loads of several keys in
+    // flight per lane and keep one (fewer registers for the rows' queries and sums).
+    static constexpr bool kNarrowFew = KeyRange == Keys::few && FewRange < kMaxFewKeys;
+    static constexpr int kShortVecsPerLane = kWaveSize == 32 && (KeyRange == Keys::two || (KeyRange == Keys::few && FewRange <= 4)) ? 2 : 1;
     static constexpr int kTeamWidth =
         min_of(pow2_at_least(kVecsPerRow / (KeyRange != Keys::many ? kShortVecsPerLane : 1)), MaxGroupWidth);
     static constexpr int kVecsPerLane = (kVecsPerRow + kTeamWidth - 1) / kTeamWidth;
@@ -87,10 +103,10 @@ struct Traits : BlockShape {
                                          : KeyRange == Keys::few ? kFewKeysPerSlice
                                                                  : max_of(1, kLongKeysPerSlice * 32 / kWaveSize);
     // Teams (key slices) of a group: the few-keys variant takes as many as its range of at most
-    // kMaxFewKeys needs and the group width allows; the two-key variant one (the team is the
-    // group); the long-keys variant the whole group.
+    // kMaxFewKeys needs and the group width allows (one for the narrow ranges); the two-key
+    // variant one (the team is the group); the long-keys variant the whole group.
     static constexpr int kSlices = KeyRange == Keys::two   ? 1
-                                   : KeyRange == Keys::few ? min_of(MaxGroupWidth / kTeamWidth, pow2_at_least(kMaxFewKeys / kKeysPerSlice))
+                                   : KeyRange == Keys::few ? min_of(MaxGroupWidth / kTeamWidth, pow2_at_least(FewRange / kKeysPerSlice))
                                                            : MaxGroupWidth / kTeamWidth;
     static constexpr int kGroupWidth = kTeamWidth * kSlices;
     static constexpr int kKeysPerStep = kSlices * kKeysPerSlice;
@@ -98,6 +114,13 @@ struct Traits : BlockShape {
     static constexpr int kKeyRange = KeyRange == Keys::many ? INT32_MAX : KeyRange == Keys::two ? kShortKeyRange : kKeysPerStep;
     static constexpr Keys kKeys = KeyRange;
     static constexpr bool kShortKeys = KeyRange != Keys::many;  // one step, no loop, no key splits
+    // The 16-key few-keys range skips the work of key slots that no key fills (a count uniform
+    // over the wave), at a branch around each slot's work, which keeps ptxas from overlapping
+    // the slots' shuffle reductions. The narrow ranges, mostly full, compute every slot in
+    // straight-line code, and widen each query row to fp32 once rather than once per key: at 8
+    // keys measured 0.86 of copy with the branches, 1.01 without (docs/decisions.md).
+    static constexpr bool kSkipsEmptySlots = KeyRange == Keys::few && !kNarrowFew;
+    static constexpr bool kWidensQueryOnce = kNarrowFew;
     static constexpr bool kWarpMma = false;
     static constexpr int kGroups = kThreads / kGroupWidth;  // groups per block
 
@@ -106,6 +129,7 @@ struct Traits : BlockShape {
     static_assert(kThreads % kWaveSize == 0, "whole waves per block");
     static_assert(kMaxSplits % kGroups == 0, "cross-block splits come in whole blocks");
     static_assert(KeyRange != Keys::few || kKeyRange <= kMaxFewKeys, "the few-keys range is bounded");
+    static_assert(!kNarrowFew || (kSlices == 1 && kKeyRange == FewRange), "a narrow range is one team per work item");
 };
 
 // The few-keys variant's range for a kernel at this group width (the heuristic's limit).
