@@ -138,9 +138,9 @@ def _workspace(nbytes, prepared, stream, kept):
         if workspace is None or workspace[0] < nbytes:
             if len(_workspaces) >= _MAX_WORKSPACES:
                 _workspaces.clear()
-            # Allocated while `stream` is current, like the one it replaces: the allocator then
-            # hands that one's memory (and, on a clear, this one's) only to work queued after
-            # this launch on this stream.
+            # Allocated while `stream` is current, like the one it replaces: once let go (here,
+            # or on a clear), the allocator reuses its memory only for work queued on this stream
+            # after the launches that used it, as for a per-call torch.empty.
             tensor = torch.empty(nbytes, dtype=torch.uint8, device=prepared.device)
             workspace = _workspaces[key] = (nbytes, tensor, tensor.data_ptr())
         return workspace
