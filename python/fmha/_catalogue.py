@@ -2,8 +2,12 @@
 
 A call's plan (kernel and workspace size) depends only on its sizes and options, so it is made
 once per distinct call shape and kept; a launch then costs the output's allocation and one
-ctypes call with the pointers and strides.
+ctypes call with the pointers and strides (and, on the full path, the workspace's allocation:
+eager calls like an earlier one reuse a kept workspace, see _workspace()).
 """
+import ctypes
+import threading
+
 import torch
 
 from . import _library
@@ -13,12 +17,20 @@ _INT32_MAX = 2**31 - 1
 
 
 class Prepared:
-    """What a launch needs beyond the tensors: the plan, the C problem it was made for, and the
-    library's launch function."""
-    __slots__ = ("plan", "problem", "kernel", "reason", "library")
+    """What a launch needs beyond the tensors: the plan, the C problem it was made for, the
+    library, and what the hot path reads of them as plain Python values."""
+    __slots__ = ("plan", "problem", "kernel", "reason", "library", "launch", "plan_address", "problem_address",
+                 "device_index", "device", "workspace_bytes", "out_shape", "lse_shape", "o_strides")
 
-    def __init__(self, plan, problem, kernel, reason, library):
+    def __init__(self, plan, problem, kernel, reason, library, device):
         self.plan, self.problem, self.kernel, self.reason, self.library = plan, problem, kernel, reason, library
+        self.launch = library.launch
+        # The C structs stay alive in this object; the launch takes their addresses.
+        self.plan_address, self.problem_address = ctypes.addressof(plan), ctypes.addressof(problem)
+        self.device_index, self.device, self.workspace_bytes = plan.device, device, plan.workspace_bytes
+        batch, heads, seqlen_q, head_dim = problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim
+        self.out_shape, self.lse_shape = (batch, seqlen_q, heads, head_dim), (batch, heads, seqlen_q)
+        self.o_strides = (seqlen_q * heads * head_dim, head_dim, heads * head_dim)  # contiguous [b, s, h, d]
 
 
 # PyTorch's current stream of a device as a raw handle (what Inductor's generated code calls).
@@ -49,7 +61,7 @@ def _aligned(t, strides):
 
 def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p):
     """(launch, None) when a catalogue kernel serves the call, else (None, why not); a launch is
-    (Prepared, q's, k's and v's kernel strides)."""
+    (Prepared, the 12 kernel strides of q, k, v and the output, as fmha_tensors orders them)."""
     if not q.is_cuda:
         return None, f"the tensors are on {q.device}: the catalogue's kernels run on GPUs"
     dtype = _DTYPES.get(q.dtype)
@@ -76,7 +88,7 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p):
     if prepared is None:
         if len(_plans) >= _MAX_PLANS:  # e.g. a growing KV cache length: a new shape every step
             _plans.clear()
-        prepared = _plans[key] = _plan(library, key)
+        prepared = _plans[key] = _plan(library, key, q.device)
     if isinstance(prepared, str):
         return None, prepared
     strides = _kernel_strides(q), _kernel_strides(k), _kernel_strides(v)
@@ -84,10 +96,10 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p):
         if not _aligned(t, kernel_strides):
             return None, (f"{name}'s data pointer or strides are not multiples of 16 bytes, which the kernels' "
                           f"loads need (strides {tuple(t.stride())}): {name}.contiguous() makes them so")
-    return (prepared,) + strides, None
+    return (prepared, strides[0] + strides[1] + strides[2] + prepared.o_strides), None
 
 
-def _plan(library, key):
+def _plan(library, key, torch_device):
     device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, causal, window, scale = key
     sizes = (batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim)
     if any(size > _INT32_MAX for size in sizes):
@@ -100,29 +112,63 @@ def _plan(library, key):
         if error.status == _library.NO_KERNEL and "setup.py" in message:
             message += " (then reinstall this package: pip install --no-build-isolation --no-deps ./python)"
         return message
-    return Prepared(plan, problem, library.kernel_name(plan.kernel), reason, library)
+    return Prepared(plan, problem, library.kernel_name(plan.kernel), reason, library, torch_device)
 
 
-def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse):
+# The workspace of kept launches (fmha._fastpath), kept per thread, device and stream and grown
+# as needed instead of allocated per call (docs/python.md, "The kept workspace"). Reused only
+# where that is safe, else allocated per call as the full path does:
+_workspaces = {}        # (device, stream, thread) -> (bytes, uint8 tensor, its data_ptr)
+_MAX_WORKSPACES = 64    # entries (dead threads, passing streams) before they are all let go
+_KEEP_AT_MOST = 64 << 20  # bytes: a call that needs more runs long enough to allocate its own
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+
+
+def _workspace(nbytes, prepared, stream, kept):
+    """(bytes, tensor, pointer): a workspace of at least nbytes for a launch on stream, the
+    device's current stream. The tensor must stay referenced until the launch is enqueued."""
+    device = prepared.device_index
+    # Kept only for the current device (whose current stream _capturing() asks about) and outside
+    # CUDA-graph capture: a captured launch needs memory from the graph's pool, which the graph
+    # keeps for its replays, not one that later eager calls write to or let go.
+    if kept and nbytes <= _KEEP_AT_MOST and device == _current_device() and not _capturing():
+        key = (device, stream, threading.get_ident())
+        workspace = _workspaces.get(key)
+        if workspace is None or workspace[0] < nbytes:
+            if len(_workspaces) >= _MAX_WORKSPACES:
+                _workspaces.clear()
+            # Allocated while `stream` is current, like the one it replaces: once let go (here,
+            # or on a clear), the allocator reuses its memory only for work queued on this stream
+            # after the launches that used it, as for a per-call torch.empty.
+            tensor = torch.empty(nbytes, dtype=torch.uint8, device=prepared.device)
+            workspace = _workspaces[key] = (nbytes, tensor, tensor.data_ptr())
+        return workspace
+    tensor = torch.empty(nbytes, dtype=torch.uint8, device=prepared.device)
+    return nbytes, tensor, tensor.data_ptr()
+
+
+def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse, kept=False):
     """(out [b, s_q, h, d], LSE [b, h, s_q] fp32 or None) by a launch of prepare(), on PyTorch's
-    current stream, with the workspace from PyTorch's allocator."""
-    prepared, qs, ks, vs = launch
-    batch, seqlen_q, heads, head_dim = q.shape
-    device = q.device
-    out = torch.empty(batch, seqlen_q, heads, head_dim, dtype=q.dtype, device=device)
-    lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=device) if return_lse else None
-    workspace_bytes = prepared.plan.workspace_bytes
-    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device) if workspace_bytes else None
-    tensors = _library.Tensors(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-        qs[0], qs[1], qs[2], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],
-        seqlen_q * heads * head_dim, head_dim, heads * head_dim,
-        seqlens_q.data_ptr() if seqlens_q is not None else None,
-        seqlens_kv.data_ptr() if seqlens_kv is not None else None,
-        lse.data_ptr() if lse is not None else None)
-    status = prepared.library.forward(prepared.plan, prepared.problem, tensors,
-                                      workspace.data_ptr() if workspace is not None else None, workspace_bytes,
-                                      _raw_stream(prepared.plan.device))
+    current stream, with the workspace from PyTorch's allocator: per call, or (kept=True, the
+    eager calls of fmha._fastpath) the kept one. None where q's, k's or v's data pointer is not
+    16-byte aligned, which only a kept launch meets (prepare() checked the full path's)."""
+    prepared, strides = launch
+    q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    if (q_ptr | k_ptr | v_ptr) & 15:
+        return None
+    out = torch.empty(prepared.out_shape, dtype=q.dtype, device=prepared.device)
+    lse = torch.empty(prepared.lse_shape, dtype=torch.float32, device=prepared.device) if return_lse else None
+    stream = _raw_stream(prepared.device_index)
+    workspace_bytes = prepared.workspace_bytes
+    workspace = _workspace(workspace_bytes, prepared, stream, kept) if workspace_bytes else (0, None, None)
+    tensors = _library.TENSORS.pack(
+        q_ptr, k_ptr, v_ptr, out.data_ptr(), *strides,
+        seqlens_q.data_ptr() if seqlens_q is not None else 0,
+        seqlens_kv.data_ptr() if seqlens_kv is not None else 0,
+        lse.data_ptr() if lse is not None else 0)
+    status = prepared.launch(prepared.plan_address, prepared.problem_address, tensors, workspace[2], workspace_bytes,
+                             stream)
     if status != _library.OK:
         raise RuntimeError(f"fmha: {prepared.kernel}: {prepared.library.last_error()}")
     return out, lse

@@ -15,42 +15,46 @@ _MAX_CALLS = 4096
 _launches = {}  # call key -> the catalogue's launch (fmha._catalogue.prepare)
 
 
-def _key(tensors, arguments):
-    """The key of a call, or None for a non-tensor. Each argument goes in with its type (and a
-    pair's items with theirs): 1, 1.0 and True are equal keys that the checks tell apart."""
-    key = []
+def _key(function, tensors, arguments):
+    """The key of a call, or None for a non-tensor: the function's name, each tensor's shape,
+    strides, dtype and device, then the arguments' types (1, 1.0 and True are equal keys that
+    the checks tell apart), the arguments, and, for the last one, the window pair, its items'
+    types. Flat: a flat tuple hashes faster than one of pairs."""
     try:
-        for t in tensors:
-            key += (t.shape, t.stride(), t.dtype, t.get_device())
+        key = [function]
+        key += [(t.shape, t.stride(), t.dtype, t.get_device()) for t in tensors]
     except AttributeError:
         return None
-    for a in arguments:
-        if isinstance(a, (tuple, list)):
-            key += (type(a), tuple(map(type, a)), tuple(a))
-        else:
-            key += (type(a), a)
+    key += map(type, arguments)
+    key += arguments
+    window = arguments[-1]
+    if isinstance(window, (tuple, list)):
+        key[-1] = tuple(window)  # hashable where it is a list (its type is in the key already)
+        key += map(type, window)
     return tuple(key)
 
 
-def lookup(tensors, arguments):
-    """(key, launch): the call's key (None under torch.compile, which traces the full path, or
-    where it has none) and the kept launch where the catalogue can take this call's tensors as
-    they are (else None: the caller runs the full path, then keep())."""
+def run(function, tensors, arguments, seqlens_kv, return_lse):
+    """(key, (out, LSE or None)) by the launch kept for a call like an earlier one, or (key,
+    None) where the caller runs the full path (then keep(key, ...)). function: the public
+    function's name; arguments: its non-tensor arguments, the window pair last; key: None under
+    torch.compile, which traces the full path, or where the call has none."""
     if torch.compiler.is_compiling():
         return None, None
-    key = _key(tensors, arguments)
+    key = _key(function, tensors, arguments)
     try:
         launch = _launches.get(key)
     except TypeError:  # an unhashable argument
         return None, None
     if launch is None:
         return key, None
-    q, k, v = tensors[:3]
+    q, k, v = tensors[0], tensors[1], tensors[2]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return key, None
-    if q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16:
-        return key, None
-    return key, launch
+    if seqlens_kv is not None:
+        seqlens_kv = seqlens_kv.contiguous()
+    # None where a data pointer is not 16-byte aligned: the full path then falls back.
+    return key, _catalogue.forward(launch, q, k, v, None, seqlens_kv, return_lse, kept=True)
 
 
 def keep(key, q, k, v, seqlens_q, scale, left, right, dropout_p):

@@ -6,6 +6,7 @@ The library is looked for, in order: $FMHA_LIBRARY; next to this file (lib/libfm
 """
 import ctypes
 import os
+import struct
 from pathlib import Path
 
 ABI_VERSION = 1  # FMHA_ABI_VERSION of the header these structures mirror
@@ -31,6 +32,11 @@ class Tensors(ctypes.Structure):
     _fields_ = [("q", _ptr), ("k", _ptr), ("v", _ptr), ("o", _ptr)] + [
         (f"{name}_{dim}_stride", _c_int64) for name in "qkvo" for dim in ("batch", "head", "row")] + [
         ("seqlens_q", _ptr), ("seqlens_kv", _ptr), ("lse", _ptr)]
+
+
+# fmha_tensors as bytes, for the hot path: one pack() of the pointers (0 for NULL) and strides
+# costs less than filling a Tensors. The same layout: 19 fields of 8 bytes, no padding.
+TENSORS = struct.Struct("@4P12q3P")
 
 
 class Plan(ctypes.Structure):
@@ -82,9 +88,12 @@ class Library:
             raise OSError(f"{path} has C ABI version {version}, this package needs {ABI_VERSION}: rebuild with make "
                           "and reinstall the package")
         self.platform = lib.fmha_build_platform().decode()
-        # The launch itself, called directly on the hot path:
-        # forward(plan, problem, tensors, workspace, workspace_bytes, stream) -> status.
-        self.forward = lib.fmha_forward
+        # The launch itself, called directly on the hot path, typed for the cheapest conversions:
+        # launch(address of a Plan, address of a Problem, TENSORS bytes, workspace, workspace_bytes,
+        # stream) -> status. (lib["..."] is a second function object: lib.fmha_forward keeps its types.)
+        self.launch = lib["fmha_forward"]
+        self.launch.restype = ctypes.c_int
+        self.launch.argtypes = [_ptr, _ptr, ctypes.c_char_p, _ptr, ctypes.c_uint64, _ptr]
 
     def last_error(self):
         return self._lib.fmha_last_error().decode()

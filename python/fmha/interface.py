@@ -2,7 +2,7 @@
 GQA/MQA from the head counts, causal masks bottom-right aligned, LSE in natural log."""
 import torch
 
-from . import _catalogue, _checks, _fastpath
+from . import _checks, _fastpath
 from ._ops import attention
 
 
@@ -18,17 +18,16 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     (default: the FMHA_STRICT environment variable). Views whose last dimension is contiguous
     are read in place.
     """
-    key, launch = _fastpath.lookup((q, k, v), (dropout_p, softmax_scale, causal, window_size))
-    if launch is not None:
-        out, lse = _catalogue.forward(launch, q, k, v, None, None, return_lse)
-    else:
+    key, result = _fastpath.run("flash_attn_func", (q, k, v), (dropout_p, softmax_scale, causal, window_size), None,
+                                return_lse)
+    if result is None:
         _checks.qkv(q, k, v)
         scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
         left, right = _checks.window(window_size, causal)
         dropout_p = _checks.dropout(dropout_p)
         _fastpath.keep(key, q, k, v, None, scale, left, right, dropout_p)
-        out, lse = attention(q, k, v, None, None, scale, left, right, dropout_p, return_lse, strict)
-    return (out, lse) if return_lse else out
+        result = attention(q, k, v, None, None, scale, left, right, dropout_p, return_lse, strict)
+    return result if return_lse else result[0]
 
 
 def _padded(x, cu_seqlens, max_seqlen):
@@ -111,11 +110,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     key = None  # a decode step without new keys: the fast path's kind of call
     if k is None and v is None and (cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor)):
         tensors = (q, k_cache, v_cache) if cache_seqlens is None else (q, k_cache, v_cache, cache_seqlens)
-        key, launch = _fastpath.lookup(tensors, (softmax_scale, causal, window_size))
-        if launch is not None:
-            seqlens_kv = cache_seqlens.contiguous() if cache_seqlens is not None else None
-            out, lse = _catalogue.forward(launch, q, k_cache, v_cache, None, seqlens_kv, return_softmax_lse)
-            return (out, lse) if return_softmax_lse else out
+        key, result = _fastpath.run("flash_attn_with_kvcache", tensors, (softmax_scale, causal, window_size),
+                                    cache_seqlens, return_softmax_lse)
+        if result is not None:
+            return result if return_softmax_lse else result[0]
     _checks.qkv(q, k_cache, v_cache)
     batch, capacity = k_cache.shape[0], k_cache.shape[1]
     if (k is None) != (v is None):

@@ -34,6 +34,10 @@ def test_python_binding_mirrors_the_c_structs():
     assert ctypes.sizeof(_library.Plan) == 16
     assert ctypes.sizeof(_library.Tensors) == 152
     assert _library.Tensors.seqlens_q.offset == 128
+    # The hot path packs fmha_tensors with struct: the same bytes as the ctypes struct.
+    pointers, strides = [16 * i for i in range(1, 5)], list(range(-8, 88, 8))
+    packed = _library.TENSORS.pack(*pointers, *strides, 80, 0, 96)
+    assert packed == bytes(_library.Tensors(*pointers, *strides, 80, None, 96))
 
 
 def test_python_binding_lists_the_catalogue_of_fmha_exe():
@@ -51,6 +55,11 @@ def test_python_binding_reports_errors():
         library.plan(bad, 0)
     assert error.value.status == _library.INVALID_ARGUMENT
     good = _library.Problem(_library.FP16, 2, 8, 2, 1, 64, 128, 0, 0, 0.0)
+    # The hot path's typed launch (addresses, packed tensors) reaches the C checks.
+    stale = _library.Plan(-1, 0, 0)
+    status = library.launch(ctypes.addressof(stale), ctypes.addressof(good), _library.TENSORS.pack(*[0] * 19), None, 0,
+                            None)
+    assert status == _library.INVALID_ARGUMENT and "plan.kernel -1 is not in" in library.last_error()
     try:
         plan, reason = library.plan(good, 0)
     except _library.LibraryError as no_device:

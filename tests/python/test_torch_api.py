@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -491,6 +492,105 @@ def test_torch_repeated_calls_check_what_can_change():
         reference, _ = _reference(q1, k_cache, v_cache, seqlens_kv=lengths)
         pytorch, _ = _reference(q1, k_cache, v_cache, seqlens_kv=lengths, dtype=q1.dtype)
         _assert_flash_rule(out, reference, pytorch)
+
+
+def _decode_calls_by_workspace():
+    """Decode steps (q, k, v) whose launches need a workspace (split keys), smallest first, and
+    those sizes in bytes: at least two different ones."""
+    from fmha import _catalogue
+    calls = []
+    for heads, heads_kv, seqlen_q, head_dim, keys in ((8, 2, 1, 64, 8192), (8, 2, 1, 128, 8192), (8, 2, 2, 128, 8192),
+                                                      (8, 8, 1, 256, 8192), (32, 8, 1, 128, 16384)):
+        q = _random(1, seqlen_q, heads, head_dim)
+        k, v = _random(1, keys, heads_kv, head_dim), _random(1, keys, heads_kv, head_dim)
+        launch, _ = _catalogue.prepare(q, k, v, None, head_dim ** -0.5, -1, -1, 0.0)
+        if launch is not None and launch[0].workspace_bytes:
+            calls.append((launch[0].workspace_bytes, (q, k, v)))
+    calls.sort(key=lambda call: call[0])
+    assert len({size for size, _ in calls}) >= 2, f"workspace sizes {[size for size, _ in calls]}"
+    return [call for _, call in calls], [size for size, _ in calls]
+
+
+@needs_cuda
+def test_torch_kept_workspace_grows_and_is_per_stream_and_thread():
+    """Kept launches reuse one workspace per thread and stream (fmha._catalogue._workspace): a
+    larger call grows it and a smaller one after reuses it; calls on two streams at once, and on
+    two threads, each get their own. Every result equals the full path's (a fresh workspace)."""
+    api = _api()
+    from fmha import _catalogue
+    torch.manual_seed(9)
+    calls, sizes = _decode_calls_by_workspace()
+    small, large = 0, len(calls) - 1
+    expected = [api.flash_attn_func(*call) for call in calls]  # the full path: a workspace per call
+    _catalogue._workspaces.clear()
+    here = (torch.cuda.current_device(), torch.cuda.current_stream().cuda_stream, threading.get_ident())
+    for i, kept_bytes in ((small, sizes[small]), (large, sizes[large]), (small, sizes[large])):
+        assert torch.equal(api.flash_attn_func(*calls[i]), expected[i])
+        assert _catalogue._workspaces[here][0] == kept_bytes
+    # Two streams at once, each alternating a large and a small call: one workspace would be
+    # written by both streams' kernels together.
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    assert streams[0].cuda_stream != streams[1].cuda_stream
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    outs = []
+    for round in range(20):
+        for stream, i in zip(streams, ((small, large) if round % 2 else (large, small))):
+            with torch.cuda.stream(stream):
+                outs.append((i, api.flash_attn_func(*calls[i])))
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert all(torch.equal(out, expected[i]) for i, out in outs)
+    pointers = {key[1]: pointer for key, (_, _, pointer) in _catalogue._workspaces.items()}
+    assert len({pointers[stream.cuda_stream] for stream in streams} | {pointers[here[1]]}) == 3
+    # Two threads on one stream: a thread's launch pair (partials, then their combine) can
+    # interleave with the other's, so each thread has its own workspace.
+    theirs = []
+    worker = threading.Thread(target=lambda: theirs.extend(api.flash_attn_func(*calls[large]) for _ in range(20)))
+    worker.start()
+    mine = [api.flash_attn_func(*calls[large]) for _ in range(20)]
+    worker.join()
+    torch.cuda.synchronize()
+    assert len(theirs) == 20 and all(torch.equal(out, expected[large]) for out in theirs + mine)
+    assert len({key[2] for key in _catalogue._workspaces if key[1] == here[1]}) == 2
+
+
+@needs_cuda
+def test_torch_captured_call_takes_the_graph_s_workspace():
+    """A call captured into a CUDA graph takes its workspace from the graph's pool, never the
+    kept one: after the stream's kept workspace grows (and lets go of the smaller one, whose
+    memory then serves new tensors), replays stay right and write into none of those tensors;
+    eager calls between replays stay right too."""
+    api = _api()
+    from fmha import _catalogue
+    torch.manual_seed(10)
+    calls, sizes = _decode_calls_by_workspace()
+    (q, k, v), big = calls[0], calls[-1]
+    _catalogue._workspaces.clear()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # the full path, then kept launches: this stream's kept workspace
+            expected = api.flash_attn_func(q, k, v)
+        kept = _catalogue._workspaces[(torch.cuda.current_device(), stream.cuda_stream, threading.get_ident())]
+        assert kept[0] == sizes[0]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            out = api.flash_attn_func(q, k, v)
+        for _ in range(2):
+            api.flash_attn_func(*big)  # grows the kept workspace: the smaller one is let go
+        del kept
+        canaries = [torch.full((sizes[0],), 0x5A, dtype=torch.uint8, device="cuda") for _ in range(4)]
+    torch.cuda.current_stream().wait_stream(stream)
+    inputs = (q.clone(), k.clone(), v.clone())
+    for round in range(3):
+        q.copy_(torch.randn_like(q))
+        graph.replay()
+        eager = api.flash_attn_func(*inputs)  # between replays, on the replays' stream
+        torch.cuda.synchronize()
+        assert torch.equal(out, api.flash_attn_func(q, k, v)) and torch.equal(eager, expected)
+    assert all(bool((canary == 0x5A).all()) for canary in canaries)
 
 
 @needs_cuda
