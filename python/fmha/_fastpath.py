@@ -51,16 +51,17 @@ def run(function, tensors, arguments, seqlens_kv, return_lse):
     q, k, v = tensors[0], tensors[1], tensors[2]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return key, None
-    if seqlens_kv is not None:
-        seqlens_kv = seqlens_kv.contiguous()
+    # seqlens_kv as it is: only contiguous lengths are kept (keep()), and the key holds their strides.
     # None where a data pointer is not 16-byte aligned: the full path then falls back.
-    return key, _catalogue.forward(launch, q, k, v, None, seqlens_kv, return_lse, kept=True)
+    return key, _catalogue.forward(launch, q, k, v, None, seqlens_kv, return_lse, True)  # kept=True
 
 
-def keep(key, q, k, v, seqlens_q, scale, left, right, dropout_p):
+def keep(key, q, k, v, seqlens_q, scale, left, right, dropout_p, seqlens_kv=None):
     """After the full path's checks passed: keeps the catalogue's launch for the call under key,
-    where the catalogue serves it."""
-    if key is None or key in _launches:
+    where the catalogue serves it. seqlens_kv: the call's lengths tensor, which run() passes to
+    the kernels as it is: a call whose lengths are not contiguous (which the full path copies) is
+    not kept. Contiguity is a matter of shape and strides, which the key holds."""
+    if key is None or key in _launches or (seqlens_kv is not None and not seqlens_kv.is_contiguous()):
         return
     launch, _ = _catalogue.prepare(q, k, v, seqlens_q, scale, left, right, dropout_p)
     if launch is not None:

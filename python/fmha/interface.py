@@ -153,6 +153,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             v_cache[rows, positions] = v
             seqlens_kv = cache_seqlens + appended
         seqlens_kv = seqlens_kv.contiguous()
-    _fastpath.keep(key, q, k_cache, v_cache, None, scale, left, right, 0.0)
+    _fastpath.keep(key, q, k_cache, v_cache, None, scale, left, right, 0.0, cache_seqlens)
     out, lse = attention(q, k_cache, v_cache, None, seqlens_kv, scale, left, right, 0.0, return_softmax_lse, strict)
     return (out, lse) if return_softmax_lse else out

@@ -492,6 +492,22 @@ def test_torch_repeated_calls_check_what_can_change():
         reference, _ = _reference(q1, k_cache, v_cache, seqlens_kv=lengths)
         pytorch, _ = _reference(q1, k_cache, v_cache, seqlens_kv=lengths, dtype=q1.dtype)
         _assert_flash_rule(out, reference, pytorch)
+    from fmha import _fastpath
+
+    def kept(stride):  # whether a KV-cache call with lengths of this stride was kept
+        return any(key[0] == "flash_attn_with_kvcache" and isinstance(key[4], tuple) and key[4][1] == (stride,)
+                   for key in _fastpath._launches)
+    assert kept(1)
+    # Lengths that are not contiguous (every other entry of a tensor): the kept launch passes the
+    # lengths as they are, so such calls are never kept and each reads its lengths right.
+    spread = torch.tensor([70, 5, 33, 7], dtype=torch.int32, device="cuda")
+    for filled in ([70, 33], [12, 96], [96, 1]):
+        spread[::2].copy_(torch.tensor(filled, dtype=torch.int32))
+        out = api.flash_attn_with_kvcache(q1, k_cache, v_cache, cache_seqlens=spread[::2])
+        reference, _ = _reference(q1, k_cache, v_cache, seqlens_kv=spread[::2].contiguous())
+        pytorch, _ = _reference(q1, k_cache, v_cache, seqlens_kv=spread[::2].contiguous(), dtype=q1.dtype)
+        _assert_flash_rule(out, reference, pytorch, f"lengths {filled} of stride 2")
+    assert not kept(2)
 
 
 def _decode_calls_by_workspace():
