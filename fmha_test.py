@@ -526,11 +526,13 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
     (GPU_RUNS["config3"], r"short-keys variant \(1 query row\(s\) a pass\), 983040 work items .*; keys not split$"),
     (GPU_RUNS["gqa"], r"short-keys variant \(4 query row\(s\) a pass\), 245760 work items .*; keys not split$"),
     # 3 to 16 keys: one step of a few-keys variant (d256; 3 to 8 keys beside warp MMAs at up to 4
-    # rows a pass, one team of lanes per work item), else the tensor-core variant where the arch
-    # has warp MMAs; the serving options on long keys: the tensor-core variant where the plain
-    # launch takes it (sm_90 here)
+    # rows per KV head, 8 rows at up to 4 keys in passes of 4, one team of lanes per work item),
+    # else the tensor-core variant where the arch has warp MMAs; the serving options on long
+    # keys: the tensor-core variant where the plain launch takes it (sm_90 here)
     (SHAPES["mha_d256_s8"].fmha_args(), r"few-keys \(up to 8\) variant \(1 query row\(s\) a pass\), \d+ work items .*; keys not split$"),
     (SHAPES["gqa_s8"].fmha_args(), r"few-keys \(up to 8\) variant \(4 query row\(s\) a pass\), \d+ work items of 16 lanes; keys not split$"),
+    (["-b", "4096", "-h", "32", "-gqa", "4", "-s", "4", "-d", "128"],
+     r"few-keys \(up to 4\) variant \(4 query row\(s\) a pass\), 32768 work items of 8 lanes; keys not split$"),
     (SHAPES["gqa_s16"].fmha_args(), r"tensor-core variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys not split$"),
     (SHAPES["long4k_paged16"].fmha_args(), r"tensor-core variant with run-time options \(8 query row\(s\) a pass\), .* merged in shared memory$"),
     (SHAPES["long4k"].fmha_args(),

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/paged_kv.h"
 #include "kernels/common/scoring.h"
@@ -31,6 +32,25 @@ __device__ inline float dot(const uint4 (&a)[T::kVecsPerLane], const uint4 (&b)[
     return sum;
 }
 
+// Eight K or V elements widened for one row's use (the narrow few-keys ranges). On NVIDIA, bf16
+// through cvt.f32.bf16, which ptxas converts anew for each row as it does fp16's cvt.f32.f16:
+// the shifts and masks of numeric.h it computes once and keeps across the pass's rows, every
+// key's fp32 copy live at once (d128, 8 keys, 4 rows: 190 registers against fp16's 128).
+template <class Numeric>
+__device__ inline void widen8(const uint4& w, float (&out)[8]) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    if constexpr (std::is_same_v<Numeric, DTypeTraits<DType::bf16>>) {
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            asm("{.reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.bf16 %0, lo; cvt.f32.bf16 %1, hi;}"
+                : "=f"(out[2 * i]), "=f"(out[2 * i + 1]) : "r"(words[i]));
+        return;
+    }
+#endif
+    unpack8<Numeric>(w, out);
+}
+
 // The same, with a's elements already widened ([vector][element]).
 template <class T, class Numeric>
 __device__ inline float dot(const float (&a)[T::kVecsPerLane][8], const uint4 (&b)[T::kVecsPerLane]) {
@@ -38,11 +58,20 @@ __device__ inline float dot(const float (&a)[T::kVecsPerLane][8], const uint4 (&
 #pragma unroll
     for (int v = 0; v < T::kVecsPerLane; ++v) {
         float y[8];
-        unpack8<Numeric>(b[v], y);
+        widen8<Numeric>(b[v], y);
 #pragma unroll
         for (int e = 0; e < 8; ++e) sum = fmaf(a[v][e], y[e], sum);
     }
     return sum;
+}
+
+// Calls fn(std::integral_constant<int, S>) with S = max(keys, Min) slots, at most Max.
+template <int Max, int Min, class Fn>
+__device__ inline void with_slots(int keys, Fn&& fn) {
+    if constexpr (Max > Min) {
+        if (keys < Max) return with_slots<Max - 1, Min>(keys, fn);
+    }
+    fn(std::integral_constant<int, Max>{});
 }
 
 template <class T, class Config>
@@ -149,18 +178,20 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         const Rows v_paged = Rows::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
         auto k_row = [&](int key) { return T::kOptions ? k_paged.row(key, p.k_strides) : k_rows + int64_t(key) * p.k_strides.row; };
         auto v_row = [&](int key) { return T::kOptions ? v_paged.row(key, p.v_strides) : v_rows + int64_t(key) * p.v_strides.row; };
-        auto process_step = [&](int step) {
+        // S (a std::integral_constant) of the U key slots hold keys; the others none of any item.
+        auto process_step = [&](int step, auto live) {
+            constexpr int S = decltype(live)::value;
             const int first_key = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
             // The 16-key few-keys range skips the work of key slots u that no lane's key fills
             // (its range may hold far fewer keys than its step): a count uniform over the wave,
             // as the shuffles of the groups sharing it need (T::kSkipsEmptySlots).
-            [[maybe_unused]] int live_slots = U;
+            [[maybe_unused]] int live_slots = S;
             if constexpr (T::kSkipsEmptySlots)
                 live_slots = uniform_trip_count<T>((kv_hi - first_key + T::kSlices - 1) / T::kSlices);
             // Issue every load of the step before any use.
-            uint4 k[U][V], val[U][V];
+            uint4 k[S][V], val[S][V];
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
+            for (int u = 0; u < S; ++u) {
                 const int key = first_key + u * T::kSlices + slice;
 #pragma unroll
                 for (int v = 0; v < V; ++v) {
@@ -176,14 +207,14 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
             // the online softmax, which rescales what was accumulated to the new running maximum.
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                float score[U];
+                float score[S];
                 [[maybe_unused]] float q_wide[V][8];  // T::kWidensQueryOnce
                 if constexpr (T::kWidensQueryOnce) {
 #pragma unroll
                     for (int v = 0; v < V; ++v) unpack8<Numeric>(q[r][v], q_wide[v]);
                 }
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
+                for (int u = 0; u < S; ++u) {
                     score[u] = -INFINITY;
                     if (T::kSkipsEmptySlots && u >= live_slots) continue;
                     const int key = first_key + u * T::kSlices + slice;
@@ -197,7 +228,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 }
                 float step_max = score[0];
 #pragma unroll
-                for (int u = 1; u < U; ++u) step_max = fmaxf(step_max, score[u]);
+                for (int u = 1; u < S; ++u) step_max = fmaxf(step_max, score[u]);
                 float reference;
                 const float rescale = raise_max(row_max[r], step_max, reference);
                 row_sum[r] *= rescale;
@@ -207,14 +238,15 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                     for (int e = 0; e < T::kVec; ++e) acc[r][v][e] *= rescale;
                 }
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
+                for (int u = 0; u < S; ++u) {
                     if (T::kSkipsEmptySlots && u >= live_slots) continue;
                     const float prob = exp2f(score[u] - reference);
                     row_sum[r] += prob;
 #pragma unroll
                     for (int v = 0; v < V; ++v) {
                         float x[8];
-                        unpack8<Numeric>(val[u][v], x);
+                        if constexpr (T::kWidensQueryOnce) widen8<Numeric>(val[u][v], x);
+                        else unpack8<Numeric>(val[u][v], x);
 #pragma unroll
                         for (int e = 0; e < T::kVec; ++e) acc[r][v][e] = fmaf(prob, x[e], acc[r][v][e]);
                     }
@@ -230,12 +262,16 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         // The short-keys variant has every key in one step: no loop, so the query rows
         // need no registers past their scores. Keys past kv_hi load nothing and score -inf,
         // so an empty key range (an inactive item, a row with no key) needs no branch, and the
-        // loads wait for no wave-wide trip count (docs/decisions.md).
-        if constexpr (T::kShortKeys) {
-            process_step(0);
+        // loads wait for no wave-wide trip count (docs/decisions.md). The narrow 8-key range
+        // computes only the slots the launch's keys fill (p.seqlen_kv: uniform, no trip count to
+        // share), each slot count in straight-line code of its own.
+        if constexpr (T::kNarrowFew && U > kMinNarrowSlots) {
+            with_slots<U, kMinNarrowSlots>(p.seqlen_kv, [&](auto live) { process_step(0, live); });
+        } else if constexpr (T::kShortKeys) {
+            process_step(0, std::integral_constant<int, U>{});
         } else {
             const int steps = uniform_trip_count<T>(split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits));
-            for (int step = 0; step < steps; ++step) process_step(step);
+            for (int step = 0; step < steps; ++step) process_step(step, std::integral_constant<int, U>{});
         }
 
         if constexpr (!T::kShortKeys) {

@@ -23,11 +23,21 @@ inline constexpr int kShortKeyRange = 2;
 inline constexpr int kMaxFewKeys = 16;
 // Beside warp MMAs (where the loop runs on tensor cores) the few-keys variant comes in two narrow
 // ranges, 4 and 8 keys (narrow_few_range()), each a team of lanes per work item, so that a warp
-// holds the loads of 2 to 8 work items at once; it takes up to 8 keys and 4 query rows a pass.
-// Past them the tensor-core variant: 16 keys, or 8 rows a pass (one read of K/V where the
-// few-keys variant would take two passes), measured faster on it (docs/decisions.md).
+// holds the loads of 2 to 8 work items at once; it takes up to 8 keys and 4 query rows per KV
+// head, and up to 8 rows (two passes of 4) at up to 4 keys. Past them the tensor-core variant:
+// 16 keys, or more rows (one read of K/V where the few-keys variant would take several passes;
+// 8 rows at 8 keys measured faster on it, docs/decisions.md).
 inline constexpr int kMaxNarrowFewKeys = 8;
 inline constexpr int kMaxNarrowFewRows = 4;
+inline constexpr int kMaxNarrowFewRowsAtFourKeys = 8;
+// The 8-key range computes kMinNarrowSlots to 8 key slots a lane, by the launch's seqlen_kv (the
+// slots past it hold no key of any item): one straight-line copy of the step per slot count, one
+// branch a launch, where 5 keys computed all 8 slots (docs/decisions.md).
+inline constexpr int kMinNarrowSlots = 5;
+
+// The narrow few-keys range that holds seqlen_kv keys (3 to kMaxNarrowFewKeys): 4 keys of two
+// vectors a lane (teams of head_dim / 16 lanes, as the two-key variant's), else 8 keys of one.
+constexpr int narrow_few_range(int seqlen_kv) { return seqlen_kv <= 4 ? 4 : kMaxNarrowFewKeys; }
 
 // The heuristic's choice of key variant for seqlen_kv keys and `rows` query rows per KV head,
 // where the `few` variant takes up to few_range keys. Two keys keep the `two` variant (one key
@@ -35,14 +45,13 @@ inline constexpr int kMaxNarrowFewRows = 4;
 // warp MMAs (tensor_cores), the narrow few-keys ranges instead.
 constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = false, int rows = 1) {
     return seqlen_kv <= kShortKeyRange ? Keys::two
-           : tensor_cores ? (seqlen_kv <= kMaxNarrowFewKeys && rows <= kMaxNarrowFewRows ? Keys::few : Keys::many)
+           : tensor_cores ? ((seqlen_kv <= kMaxNarrowFewKeys && rows <= kMaxNarrowFewRows) ||
+                                     (narrow_few_range(seqlen_kv) == 4 && rows <= kMaxNarrowFewRowsAtFourKeys)
+                                 ? Keys::few
+                                 : Keys::many)
            : seqlen_kv <= few_range ? Keys::few
                                     : Keys::many;
 }
-
-// The narrow few-keys range that holds seqlen_kv keys (3 to kMaxNarrowFewKeys): 4 keys of two
-// vectors a lane (teams of head_dim / 16 lanes, as the two-key variant's), else 8 keys of one.
-constexpr int narrow_few_range(int seqlen_kv) { return seqlen_kv <= 4 ? 4 : kMaxNarrowFewKeys; }
 
 // Block and split sizes every variant shares.
 struct BlockShape {
