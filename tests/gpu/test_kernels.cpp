@@ -58,9 +58,11 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
         cases.push_back(decode_varlen);
         // Short key ranges: the decode family's few-keys variant (3 to 16 keys, one step) and
         // its edges, with per-sequence lengths across all three key variants.
-        for (int s_kv : {3, 4, 5, 8, 11, 16, 17}) cases.push_back({make(key, 3, h, h_kv, 1 + s_kv % 2, s_kv), {}, seed++});
+        for (int s_kv : {3, 4, 5, 6, 7, 8, 11, 16, 17}) cases.push_back({make(key, 3, h, h_kv, 1 + s_kv % 2, s_kv), {}, seed++});
         GpuCase few_varlen{make(key, 4, h, h_kv, 1, 16), {{1, 1, 1, 1}, {16, 3, 9, 1}}, seed++};
         cases.push_back(few_varlen);
+        GpuCase narrow_varlen{make(key, 4, h, h_kv, 1, 7), {{1, 1, 1, 1}, {7, 5, 6, 3}}, seed++};  // 7 slots, fewer keys
+        cases.push_back(narrow_varlen);
         if (key.mask == Mask::causal) {
             // Sequences with more queries than keys: bottom-right alignment leaves the first
             // rows with no visible key, which must come out as zeros, not NaN.
