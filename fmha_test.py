@@ -531,7 +531,7 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
     # keys: the tensor-core variant where the plain launch takes it (sm_90 here)
     (SHAPES["mha_d256_s8"].fmha_args(), r"few-keys \(up to 8\) variant \(1 query row\(s\) a pass\), \d+ work items .*; keys not split$"),
     (SHAPES["gqa_s8"].fmha_args(), r"few-keys \(up to 8\) variant \(4 query row\(s\) a pass\), \d+ work items of 16 lanes; keys not split$"),
-    (["-b", "4096", "-h", "32", "-gqa", "4", "-s", "4", "-d", "128"],
+    (["-b", "4096", "-h", "32", "-gqa", "4", "-s-q", "1", "-s", "4", "-d", "128"],
      r"few-keys \(up to 4\) variant \(4 query row\(s\) a pass\), 32768 work items of 8 lanes; keys not split$"),
     (SHAPES["gqa_s16"].fmha_args(), r"tensor-core variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys not split$"),
     (SHAPES["long4k_paged16"].fmha_args(), r"tensor-core variant with run-time options \(8 query row\(s\) a pass\), .* merged in shared memory$"),
