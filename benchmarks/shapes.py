@@ -75,7 +75,10 @@ DECODE = HEADLINE + [
     Case("long4k_softcap_alibi", 64, 32, 8, 1, 4096, 128, extra=("-softcapping-scale-bmm1", "30", "-alibi")),
     # Short key ranges just past the short-keys variant's 2 keys (at 90% of the copy bandwidth).
     Case("gqa_s4", 30720, 32, 8, 1, 4, 128),
+    Case("gqa_s5", 30720, 32, 8, 1, 5, 128),
     Case("gqa_s8", 30720, 32, 8, 1, 8, 128),
+    Case("gqa_s8_bf16", 30720, 32, 8, 1, 8, 128, dtype="bf16"),
+    Case("gqa8_s4", 30720, 32, 4, 1, 4, 128),             # 8 query rows per KV head, 4 keys
     Case("gqa_s16", 30720, 32, 8, 1, 16, 128),
     Case("mha_d256_s8", 30720, 16, 16, 1, 8, 256),
 ]
