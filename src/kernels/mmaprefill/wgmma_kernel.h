@@ -170,6 +170,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
     }
 
     // --------------------------------------------------------------------------- consumers
+    __shared__ TileWork<kCausal> placements[T::kConsumers * 4];  // per consumer warp
     hopper::claim_registers<T::kShape.consumer_registers>();
     const int consumer = warpgroup - 1;
     const int thread = threadIdx.x % wgmma::kThreads;
@@ -182,7 +183,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
     float s[T::kBlockKeys / 2];
     uint32_t probabilities[T::kBlockKeys / wgmma::kK][4];
     FragmentSoftmax<2, Group<4>> softmax;
-    Work work{};            // the current work tile (derived again for the epilogue: see below)
+    Work work{};            // the current work tile (kept in shared memory through the main loop: see below)
     KeyTiles<kCausal, 2> keys;  // what the main loop needs of it
     int slot = 0;            // the K/V ring slot of the next key tile
 
@@ -261,6 +262,12 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
         if (index < 0) continue;
         work = Work::of(p, tiling, index, T::kBlockKeys);
         if (!work.has_rows) continue;
+        // The tile's placement waits for the epilogue in shared memory, one copy per warp (warp-
+        // uniform values): deriving it again there costs a tile's worth of divisions, and
+        // registers through the main loop would spill at d64.
+        Work& kept = placements[threadIdx.x / 32 - 4];
+        if (thread % 32 == 0) kept = work;
+        __syncwarp();
         {
             int position[2];
 #pragma unroll
@@ -347,8 +354,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
             for (int i = keys.end; i < keys.count; ++i) skip(i);
             slot += keys.count;
         }
-        // The tile's placement, derived again rather than held in registers through the main loop.
-        work = Work::of(p, tiling, hopper::opaque(index), T::kBlockKeys);
+        work = kept;
+        __syncwarp();  // read by every lane before the next tile's copy
 
         // ---- epilogue: normalise, stage the 16-bit rows, store the rows that exist.
         float inverse[2];
