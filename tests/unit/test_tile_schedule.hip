@@ -34,7 +34,7 @@ Coverage walk(const FwdParams& p, const PrefillTiling& t, int blocks, bool causa
         for (int step = 0; int64_t(step / t.tiles_per_unit) * blocks < t.units; ++step) {
             const int index = persistent_tile(t, step, block, blocks);
             if (index < 0) continue;
-            const PrefillTile tile = locate_tile(t, index, p.heads_q, p.heads_kv);
+            const PrefillTile tile = locate_tile(t, index);
             const int position0 = first_position(t, tile, p.seqlen_q);
             const int last = std::min(position0 + t.rows_per_head, p.seqlen_q) - 1;
             if (!tile.exists || std::max(position0, 0) > last) continue;
@@ -52,6 +52,25 @@ Coverage walk(const FwdParams& p, const PrefillTiling& t, int blocks, bool causa
 void expect_every_row_once(const FwdParams& p, const Coverage& c) {
     ASSERT_EQ(c.rows.size(), size_t(p.batch) * p.heads_q * p.seqlen_q);
     for (const auto& [row, count] : c.rows) ASSERT_EQ(count, 1) << "batch " << std::get<0>(row) << " head " << std::get<1>(row);
+}
+
+TEST(FastDivisor, DividesLikeTheDivisionOperator) {
+    std::vector<int> divisors;
+    for (int d = 1; d <= 300; ++d) divisors.push_back(d);
+    for (int d : {511, 512, 513, 65535, 65536, 65537, 1000003, (1 << 30) - 1, 1 << 30, (1 << 30) + 1, INT32_MAX})
+        divisors.push_back(d);
+    uint32_t state = 12345;  // a fixed LCG: the same numerators every run
+    for (int d : divisors) {
+        const FastDivisor by(d);
+        for (int n = 0; n < 5000; ++n) ASSERT_EQ(by.divide(n), n / d) << n << " / " << d;
+        for (int i = 0; i < 5000; ++i) {
+            state = state * 1664525u + 1013904223u;
+            const int n = int(state >> 1);
+            ASSERT_EQ(by.divide(n), n / d) << n << " / " << d;
+        }
+        for (int64_t n : {int64_t(INT32_MAX), int64_t(INT32_MAX) - 1, int64_t(d) - 1, int64_t(d), int64_t(d) + 1})
+            if (n <= INT32_MAX) ASSERT_EQ(by.divide(int(n)), int(n) / d) << n << " / " << d;
+    }
 }
 
 TEST(TileSchedule, PersistentCausalPairsEveryQueryBlockWithItsMirror) {

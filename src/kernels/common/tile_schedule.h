@@ -16,9 +16,11 @@
 
 #include <hip/hip_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "fmha/params.h"
+#include "kernels/common/fast_divisor.h"
 
 namespace fmha {
 
@@ -36,6 +38,10 @@ struct PrefillTiling {
     bool persistent;       // blocks take units in rounds (else one block per tile)
     int tiles_per_unit;    // 2: a unit is a query block and its mirror (persistent causal), else 1
     int64_t units;         // tiles / tiles_per_unit
+    int heads_kv, group;   // KV heads, query heads per KV head
+    int pair_tiles;        // (batch, KV head, head tile) triples: tiles / query_blocks
+    // The divisions locate_tile() makes, by this launch's divisors.
+    FastDivisor by_query_blocks, by_halves, by_head_tiles, by_heads_kv, by_section_tiles, by_section_pair_tiles;
 
     // The family's tile: `block_rows` query rows; a persistent grid pays where tiles see few
     // key tiles: `persistent_max_query_blocks`; pairs pay where tiles outnumber the
@@ -44,6 +50,7 @@ struct PrefillTiling {
                             int multiprocessors) {
         PrefillTiling t;
         const int group = p.heads_q / p.heads_kv;
+        t.heads_kv = p.heads_kv, t.group = group;
         const bool pack = p.seqlen_q < block_rows && group > 1;
         t.rows_per_head = pack ? p.seqlen_q : block_rows;
         t.heads_per_tile = pack ? (group < block_rows / p.seqlen_q ? group : block_rows / p.seqlen_q) : 1;
@@ -62,6 +69,14 @@ struct PrefillTiling {
         t.section_heads = 0;
         if (causal && t.tiles_per_unit == 1 && t.query_blocks > 1)
             t.section_heads = int(kv_bytes < kSectionKVBytes ? kSectionKVBytes / kv_bytes : 1);
+        t.pair_tiles = int(pairs * t.head_tiles);
+        const int64_t section_pair_tiles = std::min<int64_t>(int64_t(t.section_heads) * t.head_tiles, t.pair_tiles);
+        t.by_query_blocks = FastDivisor(t.query_blocks);
+        t.by_halves = FastDivisor((t.query_blocks + 1) / 2);
+        t.by_head_tiles = FastDivisor(t.head_tiles);
+        t.by_heads_kv = FastDivisor(p.heads_kv);
+        t.by_section_pair_tiles = FastDivisor(int(std::max<int64_t>(section_pair_tiles, 1)));
+        t.by_section_tiles = FastDivisor(int(std::max<int64_t>(section_pair_tiles * t.query_blocks, 1)));
         return t;
     }
 };
@@ -76,35 +91,44 @@ struct PrefillTile {
     bool exists;   // false for the empty second half of a paired unit (an odd count's middle block)
 };
 
-// Tile `index` of a launch whose tiles fit 32 bits (the launcher checks): 32-bit divisions are
-// a few instructions, 64-bit ones a subroutine call.
-__host__ __device__ inline PrefillTile locate_tile(const PrefillTiling& t, int index, int heads_q, int heads_kv) {
+// Tile `index` of a launch whose tiles fit 31 bits (the launcher checks), by the launch's fast
+// divisors: a tile's placement is on each consumer's path from one tile to the next.
+__host__ __device__ inline PrefillTile locate_tile(const PrefillTiling& t, int index) {
     int query_block, pair_tile;  // pair_tile: (batch, KV head, head tile), head tiles fastest
     bool exists = true;
     if (t.tiles_per_unit == 2) {  // unit u: the long query block, then its mirror
-        const int half = (t.query_blocks + 1) / 2, unit = index / 2, mirror = unit % half;
-        pair_tile = unit / half;
+        const int unit = index / 2;
+        pair_tile = t.by_halves.divide(unit);
+        const int mirror = unit - pair_tile * int(t.by_halves.divisor);
         query_block = index % 2 == 0 ? t.query_blocks - 1 - mirror : mirror;
         exists = index % 2 == 0 || mirror != t.query_blocks - 1 - mirror;
     } else if (t.section_heads == 0) {  // query blocks fastest
-        query_block = index % t.query_blocks;
-        pair_tile = index / t.query_blocks;
+        pair_tile = t.by_query_blocks.divide(index);
+        query_block = index - pair_tile * t.query_blocks;
     } else {  // sections of KV heads; in each, the last query block of every head first
-        const int section_pair_tiles = int(t.section_heads) * t.head_tiles;
-        const int section = index / (section_pair_tiles * t.query_blocks);
+        const int section_pair_tiles = int(t.by_section_pair_tiles.divisor);
+        const int section = t.by_section_tiles.divide(index);
         const int first_pair_tile = section * section_pair_tiles;
-        const int pair_tiles_here = min(section_pair_tiles, int(t.tiles / t.query_blocks) - first_pair_tile);
         const int within = index - first_pair_tile * t.query_blocks;
-        query_block = t.query_blocks - 1 - within / pair_tiles_here;
-        pair_tile = first_pair_tile + within % pair_tiles_here;
+        int rank;  // of the query block, counted from the last
+        if (first_pair_tile + section_pair_tiles <= t.pair_tiles) {
+            rank = t.by_section_pair_tiles.divide(within);
+            pair_tile = first_pair_tile + within - rank * section_pair_tiles;
+        } else {  // the last section, cut short
+            const int pair_tiles_here = t.pair_tiles - first_pair_tile;
+            rank = within / pair_tiles_here;
+            pair_tile = first_pair_tile + within % pair_tiles_here;
+        }
+        query_block = t.query_blocks - 1 - rank;
     }
     PrefillTile tile;
-    const int head_tile = pair_tile % t.head_tiles;
-    tile.head_kv = pair_tile / t.head_tiles % heads_kv;
-    tile.batch = pair_tile / t.head_tiles / heads_kv;
-    const int group = heads_q / heads_kv;
-    tile.head0 = tile.head_kv * group + head_tile * t.heads_per_tile;
-    tile.heads = min(t.heads_per_tile, group - head_tile * t.heads_per_tile);
+    const int kv_pair = t.by_head_tiles.divide(pair_tile);  // (batch, KV head)
+    const int head_tile = pair_tile - kv_pair * t.head_tiles;
+    const int batch = t.by_heads_kv.divide(kv_pair);
+    tile.head_kv = kv_pair - batch * t.heads_kv;
+    tile.batch = batch;
+    tile.head0 = tile.head_kv * t.group + head_tile * t.heads_per_tile;
+    tile.heads = min(t.heads_per_tile, t.group - head_tile * t.heads_per_tile);
     tile.position0 = query_block * t.rows_per_head;
     tile.exists = exists;
     return tile;

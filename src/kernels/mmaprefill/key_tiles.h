@@ -29,7 +29,7 @@ struct TileWork {
 
     __device__ static TileWork of(const FwdParams& p, const PrefillTiling& tiling, int index, int block_keys) {
         TileWork w;
-        w.tile = locate_tile(tiling, index, p.heads_q, p.heads_kv);
+        w.tile = locate_tile(tiling, index);
         w.len_q = sequence_length(p.seqlens_q, w.tile.batch, p.seqlen_q);
         w.len_kv = sequence_length(p.seqlens_kv, w.tile.batch, p.seqlen_kv);
         if (kCausal) w.tile.position0 = first_position(tiling, w.tile, w.len_q);
