@@ -4,7 +4,8 @@ flash_attn_with_kvcache against the kernel's own time and against PyTorch's
 scaled_dot_product_attention on the same tensors, per call:
 
   - host us: the CPU time of one call, from N calls issued back to back without waiting
-    (the GPU queue never fills at these N), median of the rounds;
+    (the GPU queue never fills at these N), median of the rounds; each round times fmha's
+    call, then SDPA's, and the host ratio is the median of the rounds' ratios;
   - GPU us: the device time of one call alone, from N calls captured in one CUDA graph and
     replayed (no host work at all), timed with events;
   - end-to-end us: N calls then a synchronize, divided by N (what a loop of calls sees).
@@ -18,6 +19,7 @@ With --fmha, also fmha.exe's own "Elapsed" for config 3.
 """
 import argparse
 import datetime
+import gc
 import statistics
 import subprocess
 import sys
@@ -69,12 +71,29 @@ def gpu_us(call, calls):
     return start.elapsed_time(end) / calls * 1e3
 
 
-def measure(call, calls, rounds):
-    for _ in range(10):  # warm-up: plans, allocator blocks, lazy module loads
-        call()
-    hosts = [host_us(call, calls) for _ in range(rounds)]
-    ends = [end_to_end_us(call, calls) for _ in range(rounds)]
-    return statistics.median(hosts), gpu_us(call, calls), statistics.median(ends)
+def measure(ours, sdpa, calls, rounds):
+    """Per call of each: host us (median of the rounds), GPU us, end-to-end us (median), and the
+    host ratio ours / SDPA as the median of the rounds' ratios. Each round times both, one after
+    the other, so that the machine's drift (tens of percent between minutes) reaches both alike;
+    Python's garbage collector is off while timing."""
+    for call in (ours, sdpa):
+        for _ in range(10):  # warm-up: plans, allocator blocks, lazy module loads
+            call()
+    hosts, ends = ([], []), ([], [])
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for i, call in enumerate((ours, sdpa)):
+                hosts[i].append(host_us(call, calls))
+            for i, call in enumerate((ours, sdpa)):
+                ends[i].append(end_to_end_us(call, calls))
+    finally:
+        if collecting:
+            gc.enable()
+    ratio = statistics.median(o / s for o, s in zip(*hosts))
+    return ([(statistics.median(hosts[i]), gpu_us(call, calls), statistics.median(ends[i]))
+             for i, call in enumerate((ours, sdpa))], ratio)
 
 
 def cases():
@@ -112,7 +131,7 @@ def fmha_exe_elapsed(binary):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--out", help="also write the Markdown table here")
     parser.add_argument("--fmha", help="fmha.exe, for its own time of config 3")
     options = parser.parse_args()
@@ -125,9 +144,8 @@ def main():
              "|---|---|---|---|---|---|---|---|---|"]
     for name, ours, sdpa, choice in cases():
         assert choice.backend == "fmha", f"{name}: {choice}"
-        o_host, o_gpu, o_end = measure(ours, options.calls, options.rounds)
-        s_host, s_gpu, s_end = measure(sdpa, options.calls, options.rounds)
-        lines.append(f"| {name} | {choice.kernel} | {o_host:.1f} | {s_host:.1f} | {o_host / s_host:.2f} | "
+        ((o_host, o_gpu, o_end), (s_host, s_gpu, s_end)), ratio = measure(ours, sdpa, options.calls, options.rounds)
+        lines.append(f"| {name} | {choice.kernel} | {o_host:.1f} | {s_host:.1f} | {ratio:.2f} | "
                      f"{o_gpu:.1f} | {s_gpu:.1f} | {o_end:.1f} | {s_end:.1f} |")
         print(lines[-1], flush=True)
     if options.fmha:
