@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
     }
 
     // --------------------------------------------------------------------------- consumers
-    __shared__ TileWork<kCausal> placements[T::kConsumers * 4];  // per consumer warp
+    __shared__ Work placements[T::kConsumers * 4];  // one per consumer warp
     hopper::claim_registers<T::kShape.consumer_registers>();
     const int consumer = warpgroup - 1;
     const int thread = threadIdx.x % wgmma::kThreads;
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
     float s[T::kBlockKeys / 2];
     uint32_t probabilities[T::kBlockKeys / wgmma::kK][4];
     FragmentSoftmax<2, Group<4>> softmax;
-    Work work{};            // the current work tile (kept in shared memory through the main loop: see below)
+    Work work{};            // the current work tile (kept in shared memory for the epilogue: see below)
     KeyTiles<kCausal, 2> keys;  // what the main loop needs of it
     int slot = 0;            // the K/V ring slot of the next key tile
 
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
         // The tile's placement waits for the epilogue in shared memory, one copy per warp (warp-
         // uniform values): deriving it again there costs a tile's worth of divisions, and
         // registers through the main loop would spill at d64.
-        Work& kept = placements[threadIdx.x / 32 - 4];
+        Work& kept = placements[threadIdx.x / 32 - 4];  // warp 4 is the first consumer warp
         if (thread % 32 == 0) kept = work;
         __syncwarp();
         {
