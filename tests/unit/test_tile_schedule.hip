@@ -31,7 +31,7 @@ Coverage walk(const FwdParams& p, const PrefillTiling& t, int blocks, bool causa
     Coverage c;
     c.key_tiles_per_block.assign(blocks, 0);
     for (int block = 0; block < blocks; ++block) {
-        for (int step = 0; int64_t(step / t.tiles_per_unit) * blocks < t.units; ++step) {
+        for (int step = 0; has_step(t, step, blocks); ++step) {
             const int index = persistent_tile(t, step, block, blocks);
             if (index < 0) continue;
             const PrefillTile tile = locate_tile(t, index);

@@ -36,7 +36,7 @@ struct PrefillTiling {
     int section_heads;     // longest first: (batch, KV head) pairs per section; 0: query blocks fastest
     bool end_aligned;      // query block q's rows end (query_blocks - q) x rows_per_head before the sequence's end
     bool persistent;       // blocks take units in rounds (else one block per tile)
-    int tiles_per_unit;    // 2: a unit is a query block and its mirror (persistent causal), else 1
+    int tiles_per_unit;    // 2: a unit is a query block and its mirror (persistent causal), else 1 (no other value)
     int64_t units;         // tiles / tiles_per_unit
     int heads_kv, group;   // KV heads, query heads per KV head
     int pair_tiles;        // (batch, KV head, head tile) triples: tiles / query_blocks
@@ -140,15 +140,25 @@ __host__ __device__ inline int first_position(const PrefillTiling& t, const Pref
     return t.end_aligned ? tile.position0 - (t.query_blocks * t.rows_per_head - len_q) : tile.position0;
 }
 
+// The round of a block's step `step`: a unit is one or two tiles, so a shift rather than a
+// division (a tile's placement is on each consumer's path from one tile to the next).
+__host__ __device__ inline int round_of(const PrefillTiling& t, int step) { return step >> (t.tiles_per_unit - 1); }
+
+// Whether a block's steps go on to `step`: some block of the grid takes a unit in its round.
+// (The division stays: with round_of here ptxas spills in Hopper's d64 consumers.)
+__host__ __device__ inline bool has_step(const PrefillTiling& t, int step, int blocks) {
+    return int64_t(step / t.tiles_per_unit) * blocks < t.units;
+}
+
 // The tile a persistent block takes at its step `step`, or -1 past the last: units of
 // tiles_per_unit tiles in rounds; in round r, block b takes unit r x blocks + b, or, in odd
 // rounds, the mirror image r x blocks + (blocks - 1 - b), so that where units differ in length
 // (variable sequence lengths) a block taking a long unit in one round tends to take a short one
 // in the next. A grid of one block per tile takes tile blockIdx.x at step 0.
 __host__ __device__ inline int persistent_tile(const PrefillTiling& t, int step, int block, int blocks) {
-    const int round = step / t.tiles_per_unit;
+    const int round = round_of(t, step);
     const int64_t unit = int64_t(round) * blocks + (round % 2 == 0 ? block : blocks - 1 - block);
-    return unit < t.units ? int(unit) * t.tiles_per_unit + step % t.tiles_per_unit : -1;
+    return unit < t.units ? int(unit) * t.tiles_per_unit + (step & (t.tiles_per_unit - 1)) : -1;
 }
 
 }  // namespace fmha

@@ -81,9 +81,11 @@ struct KeyTiles {
         return k;
     }
     __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
+    // Without the causal mask only the tile reaching before key 0 needs it (key tiles end at
+    // kv_end = len_kv), which spares registers the bounds would hold through the main loop.
     __device__ bool needs_mask(int i, int block_keys) const {
         const int k0 = first_key(i, block_keys);
-        return k0 + block_keys - 1 > masked_above || k0 <= masked_below;
+        return kCausal ? k0 + block_keys - 1 > masked_above || k0 <= masked_below : k0 < 0;
     }
     // Key tiles end at kv_end, inside the sequence: only keys before it and the shared mask
     // rule are left to check.

@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
                     probabilities[step]);
     };
 
-    for (int step = 0; int64_t(step / tiling.tiles_per_unit) * gridDim.x < tiling.units; ++step) {
+    for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
         const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
         if (index < 0) continue;
         work = Work::of(p, tiling, index, T::kBlockKeys);

@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
         hopper::prefetch_tensor_map(&maps.k);
         hopper::prefetch_tensor_map(&maps.v);
         int slot = 0, q_loads = 0;
-        for (int step = 0; int64_t(step / tiling.tiles_per_unit) * gridDim.x < tiling.units; ++step) {
+        for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
             const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
             if (index < 0) continue;
             const Work work = Work::of(p, tiling, index, T::kBlockKeys);
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
 
     if (consumer == T::kConsumers - 1) pass_turn();  // consumer 0 goes first
     int q_loads = 0;
-    for (int step = 0; int64_t(step / tiling.tiles_per_unit) * gridDim.x < tiling.units; ++step) {
+    for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
         const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
         if (index < 0) continue;
         work = Work::of(p, tiling, index, T::kBlockKeys);
@@ -277,6 +277,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
         softmax.init();
 #pragma unroll
         for (int e = 0; e < T::kHeadDim / 2; ++e) o[e] = 0.f;
+        float total[2] = {0.f, 0.f}, inverse[2] = {0.f, 0.f};  // per row: sum of exponentials, its reciprocal
 
         if (keys.count > 0) {
             hopper::barrier_wait(pipe.q_full(), uint32_t(q_loads++) & 1u);
@@ -344,6 +345,12 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
                 rescale_output(rescale);
                 hopper::barrier_wait(pipe.v_full(last), P::parity(slot + keys.end - 1));
                 pv_gemm(last);
+                // The rows' sums are final: their reduction and reciprocal run under the last P.V.
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    total[h] = softmax.total(h);
+                    inverse[h] = total[h] > 0.f ? __fdividef(1.f, total[h]) : 0.f;
+                }
                 hopper::wgmma_wait<0>();
                 hopper::pin_registers(o);
                 pin_probabilities();
@@ -358,15 +365,14 @@ __global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
         __syncwarp();  // read by every lane before the next tile's copy
 
         // ---- epilogue: normalise, stage the 16-bit rows, store the rows that exist.
-        float inverse[2];
+        if (p.lse) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float total = softmax.total(h);
-            inverse[h] = total > 0.f ? 1.f / total : 0.f;
-            const int row = row0 + wgmma::accumulator_position(thread, 2 * h).row;
-            if (p.lse && thread % 4 == 0 && output_row(row)) {
-                const int head = work.tile.head0 + row / tiling.rows_per_head;
-                p.lse[(work.tile.batch * p.heads_q + head) * p.seqlen_q + position_of(row)] = softmax.lse(h, total);
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + wgmma::accumulator_position(thread, 2 * h).row;
+                if (thread % 4 == 0 && output_row(row)) {
+                    const int head = work.tile.head0 + row / tiling.rows_per_head;
+                    p.lse[(work.tile.batch * p.heads_q + head) * p.seqlen_q + position_of(row)] = softmax.lse(h, total[h]);
+                }
             }
         }
         if (keys.count == 0) {  // no key seen: zeros, straight to memory (the staging rows may be the next Q's)
