@@ -546,6 +546,9 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
      r"^Launch\.+: 2048 tiles of 128 query rows on \d+ blocks; .* each block takes a query block and its mirror image in turn$"),
     (["-b", "1", "-h", "16", "-s", "4096", "-d", "128", "-causal-mask"],
      r"^Launch\.+: 512 tiles of 128 query rows on 512 blocks; .* query blocks that see the most keys first, in sections"),
+    # causal d64: 64-key tiles up to 2048 keys, 112 beyond
+    (["-b", "1", "-h", "2", "-s", "2048", "-d", "64", "-causal-mask"], r"; keys in tiles of 64 through"),
+    (["-b", "1", "-h", "2", "-s", "2049", "-d", "64", "-causal-mask"], r"; keys in tiles of 112 through"),
 ])
 def test_verbose_says_how_the_work_is_divided(args, expected):
     result = fmha(*args, "-v", "1", "-runs", "1", "-warm-up-runs", "0")

@@ -52,8 +52,23 @@ inline std::string describe_order(const PrefillTiling& t) {
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
 
-template <class Config>
-using Traits = WgmmaTraits<Config>;
+template <class Config, bool kShortKeys>
+using Traits = WgmmaTraits<Config, kShortKeys>;
+
+// Key ranges up to this many keys are short: there the tile table's short-keys shapes (causal
+// d64 and d256) win, the tiles crossing the diagonal being a large share of a row's keys; beyond,
+// they are level or slower (docs/mmaprefill.md).
+inline constexpr int kShortKeysMax = 2048;
+
+// Calls fn(Traits{}) with the tile shape the launch takes: the table's short-keys one where the
+// key range is short and the table has a distinct one (otherwise no kernel is built for it).
+template <class Config, class Fn>
+auto with_traits(const FwdParams& p, Fn&& fn) {
+    if constexpr (!(Traits<Config, true>::kShape == Traits<Config, false>::kShape)) {
+        if (p.seqlen_kv <= kShortKeysMax) return fn(Traits<Config, true>{});
+    }
+    return fn(Traits<Config, false>{});
+}
 
 // The grid. Launches whose rows see few key tiles (short sequences) are persistent, one block
 // per multiprocessor (the kernel's shared memory allows no more) taking units of work in turn,
@@ -66,47 +81,52 @@ inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) 
     return unsigned(tiling.persistent && tiling.units > multiprocessors ? multiprocessors : tiling.units);
 }
 
-template <class Config>
-PrefillTiling tiling_of(const FwdParams& p) {
-    return PrefillTiling::of(p, Traits<Config>::kBlockRows, Config::mask == Mask::causal,
-                             kPersistentMaxQueryBlocks, multiprocessor_count());
+template <class Config, class T>
+PrefillTiling tiling_of(const FwdParams& p, T) {
+    return PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal, kPersistentMaxQueryBlocks,
+                             multiprocessor_count());
 }
 
 template <class Config>
 hipError_t launch(const FwdParams& p, hipStream_t stream) {
     static_assert(matrix_core(Config::arch) == MatrixCore::wgmma, "the family's main loop for this arch");
-    using T = Traits<Config>;
-    const PrefillTiling tiling = tiling_of<Config>(p);
-    if (!supports<Config>(p, tiling)) return hipErrorInvalidValue;
-    const bool bf16 = Config::dtype == DType::bf16;
-    TensorMaps maps;
-    if (!hopper::encode_tensor_map(&maps.q, bf16, p.q, p.q_strides, p.batch, p.heads_q, p.seqlen_q, T::kHeadDim,
-                                   tiling.rows_per_head, tiling.heads_per_tile) ||
-        !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
-                                   T::kBlockKeys, 1) ||
-        !hopper::encode_tensor_map(&maps.v, bf16, p.v, p.v_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
-                                   T::kBlockKeys, 1) ||
-        !hopper::encode_tensor_map(&maps.o, bf16, p.o, p.o_strides, p.batch, p.heads_q, p.seqlen_q, T::kHeadDim,
-                                   wgmma::kRows, 1))
-        return hipErrorInvalidValue;
-    static const hipError_t attribute = cudaFuncSetAttribute(
-        wgmma_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
-    if (attribute != hipSuccess) return attribute;
-    const int multiprocessors = multiprocessor_count();
-    if (multiprocessors == 0) return hipErrorNoDevice;
-    wgmma_kernel<Config><<<launch_blocks(tiling, multiprocessors), T::kThreads, T::kSharedBytes, stream>>>(p, tiling, maps);
-    return hipGetLastError();
+    return with_traits<Config>(p, [&](auto traits) {
+        using T = decltype(traits);
+        const PrefillTiling tiling = tiling_of<Config>(p, traits);
+        if (!supports<Config>(p, tiling)) return hipErrorInvalidValue;
+        const bool bf16 = Config::dtype == DType::bf16;
+        TensorMaps maps;
+        if (!hopper::encode_tensor_map(&maps.q, bf16, p.q, p.q_strides, p.batch, p.heads_q, p.seqlen_q, T::kHeadDim,
+                                       tiling.rows_per_head, tiling.heads_per_tile) ||
+            !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
+                                       T::kBlockKeys, 1) ||
+            !hopper::encode_tensor_map(&maps.v, bf16, p.v, p.v_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
+                                       T::kBlockKeys, 1) ||
+            !hopper::encode_tensor_map(&maps.o, bf16, p.o, p.o_strides, p.batch, p.heads_q, p.seqlen_q, T::kHeadDim,
+                                       wgmma::kRows, 1))
+            return hipErrorInvalidValue;
+        auto* const kernel = &wgmma_kernel<Config, T::kShortKeys>;
+        static const hipError_t attribute =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
+        if (attribute != hipSuccess) return attribute;
+        const int multiprocessors = multiprocessor_count();
+        if (multiprocessors == 0) return hipErrorNoDevice;
+        kernel<<<launch_blocks(tiling, multiprocessors), T::kThreads, T::kSharedBytes, stream>>>(p, tiling, maps);
+        return hipGetLastError();
+    });
 }
 
 // How launch() divides the work, in words (fmha.exe -v).
 template <class Config>
 std::string describe(const FwdParams& p) {
-    using T = Traits<Config>;
-    const PrefillTiling t = tiling_of<Config>(p);
-    return describe_tiles(t, T::kBlockRows, launch_blocks(t, multiprocessor_count())) + "; 1 TMA producer + " +
-           std::to_string(T::kConsumers) + " wgmma consumer warpgroups of 64 rows; keys in tiles of " +
-           std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) + "-stage shared-memory ring" +
-           describe_order(t);
+    return with_traits<Config>(p, [&](auto traits) {
+        using T = decltype(traits);
+        const PrefillTiling t = tiling_of<Config>(p, traits);
+        return describe_tiles(t, T::kBlockRows, launch_blocks(t, multiprocessor_count())) + "; 1 TMA producer + " +
+               std::to_string(T::kConsumers) + " wgmma consumer warpgroups of 64 rows; keys in tiles of " +
+               std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) +
+               "-stage shared-memory ring" + describe_order(t);
+    });
 }
 
 #else  // AMD

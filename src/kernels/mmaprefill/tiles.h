@@ -16,20 +16,31 @@ struct TileShape {
     int consumer_registers;
 };
 
+// short_keys: the launch's rows see few keys (the launcher's rule), where a tile's share of
+// keys crossing the causal diagonal is large.
 template <MatrixCore kCore>
-constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype);
+constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype, bool short_keys);
+
+constexpr bool operator==(const TileShape& a, const TileShape& b) {
+    return a.consumers == b.consumers && a.block_keys == b.block_keys && a.stages == b.stages &&
+           a.producer_registers == b.producer_registers && a.consumer_registers == b.consumer_registers;
+}
 
 // Hopper: the consumers' registers hold the 64 x head_dim output accumulator and a 64 x
 // block_keys score tile beside the previous tile's probabilities; shared memory (227 KB) holds
 // Q, two stages of K and V and the output's staging rows. Small head dims are softmax-bound,
 // so a third consumer's softmax hides under the other two's GEMMs there; its 160 registers
-// hold 112-key tiles beside the causal mask's bookkeeping.
+// hold 112-key tiles beside the causal mask's bookkeeping. Causal launches on short key ranges
+// take 64-key tiles at d64 and d256, as wide as a consumer's rows: the tiles crossing the
+// diagonal are then each consumer's own 64 x 64 triangle, not wider tiles it sees in part,
+// which outweighs the narrower tiles' dearer steps there (d128's 128-key tiles already are two
+// consumers' rows; 64 is slower there).
 template <>
-constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype) {
+constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys) {
     (void)dtype;
-    if (head_dim <= 64) return {3, causal ? 112 : 128, 2, 24, 160};
+    if (head_dim <= 64) return causal && short_keys ? TileShape{3, 64, 3, 24, 160} : TileShape{3, causal ? 112 : 128, 2, 24, 160};
     if (head_dim <= 128) return {2, 128, 2, 24, 240};
-    return {2, 80, 2, 24, 240};
+    return causal && short_keys ? TileShape{2, 64, 2, 24, 240} : TileShape{2, 80, 2, 24, 240};
 }
 
 // CDNA (gfx908, gfx90a, gfx942 alike: 64 KiB of LDS per workgroup, 512 registers per lane of a
@@ -38,8 +49,8 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
 // product). With two V^T stages one barrier per key tile serves (d <= 128: 36-37 KiB); d256's
 // V^T fits once beside two K stages (53 KiB), so its V^T store waits for a second barrier.
 template <>
-constexpr TileShape tile_shape<MatrixCore::mfma>(int head_dim, bool causal, DType dtype) {
-    (void)causal, (void)dtype;
+constexpr TileShape tile_shape<MatrixCore::mfma>(int head_dim, bool causal, DType dtype, bool short_keys) {
+    (void)causal, (void)dtype, (void)short_keys;
     if (head_dim <= 64) return {4, 64, 2, 0, 0};
     if (head_dim <= 128) return {4, 32, 2, 0, 0};
     return {4, 32, 1, 0, 0};

@@ -38,10 +38,12 @@
 namespace fmha {
 namespace mmaprefill {
 
-template <class Config>
+// kShortKeys: the tile table's shape for launches whose rows see few keys.
+template <class Config, bool kShortKeys_>
 struct WgmmaTraits {
     static constexpr TileShape kShape =
-        tile_shape<MatrixCore::wgmma>(Config::head_dim, Config::mask == Mask::causal, Config::dtype);
+        tile_shape<MatrixCore::wgmma>(Config::head_dim, Config::mask == Mask::causal, Config::dtype, kShortKeys_);
+    static constexpr bool kShortKeys = kShortKeys_;
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kConsumers = kShape.consumers;
     static constexpr int kBlockRows = kConsumers * wgmma::kRows;
@@ -96,10 +98,10 @@ struct Pipeline {
     __device__ static uint32_t parity(int slot) { return uint32_t(slot / T::kStages) & 1u; }
 };
 
-template <class Config>
-__global__ void __launch_bounds__(WgmmaTraits<Config>::kThreads, 1)
+template <class Config, bool kShortKeys>
+__global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
     wgmma_kernel(const FwdParams p, const PrefillTiling tiling, const __grid_constant__ TensorMaps maps) {
-    using T = WgmmaTraits<Config>;
+    using T = WgmmaTraits<Config, kShortKeys>;
     using P = Pipeline<T>;
     constexpr bool kCausal = Config::mask == Mask::causal;
     constexpr DType kDType = Config::dtype;
