@@ -55,9 +55,8 @@ inline std::string describe_order(const PrefillTiling& t) {
 template <class Config, bool kShortKeys>
 using Traits = WgmmaTraits<Config, kShortKeys>;
 
-// Key ranges up to this many keys are short: there the tile table's short-keys shapes (causal
-// d64 and d256) win, the tiles crossing the diagonal being a large share of a row's keys; beyond,
-// they are level or slower (docs/mmaprefill.md).
+// Key ranges up to this many keys take the tile table's short-keys shapes; beyond, those are
+// level or slower (docs/mmaprefill.md).
 inline constexpr int kShortKeysMax = 2048;
 
 // Calls fn(Traits{}) with the tile shape the launch takes: the table's short-keys one where the

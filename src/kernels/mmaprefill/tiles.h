@@ -38,9 +38,14 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys) {
     (void)dtype;
-    if (head_dim <= 64) return causal && short_keys ? TileShape{3, 64, 3, 24, 160} : TileShape{3, causal ? 112 : 128, 2, 24, 160};
+    const bool short_causal = causal && short_keys;
+    if (head_dim <= 64) {
+        if (short_causal) return {3, 64, 3, 24, 160};
+        return {3, causal ? 112 : 128, 2, 24, 160};
+    }
     if (head_dim <= 128) return {2, 128, 2, 24, 240};
-    return causal && short_keys ? TileShape{2, 64, 2, 24, 240} : TileShape{2, 80, 2, 24, 240};
+    if (short_causal) return {2, 64, 2, 24, 240};
+    return {2, 80, 2, 24, 240};
 }
 
 // CDNA (gfx908, gfx90a, gfx942 alike: 64 KiB of LDS per workgroup, 512 registers per lane of a
