@@ -194,12 +194,15 @@ def select(axes, name_glob="*"):
             for field, value, why in declined:
                 skipped[config.family][(field, why)].add(value)
     unknown_values_named = {line.split(" (")[0] for line in unknown}  # e.g. "unknown arch 'gfx1100'"
+    # A value no family declined is unbuilt only because of another axis's value, which is listed.
     unbuildable = [f"{field} {value}: no family offers it (" +
                    "; ".join(f"{family}: {why}" for family, why in sorted(why_not[(field, value)].items())) + ")"
                    for field in order for value in axes[field]
-                   if value not in offered[field] and f"unknown {field} {value!r}" not in unknown_values_named]
-    if unknown or unbuildable:  # every invalid value, each once
-        raise ValueError("invalid configs:\n  " + "\n  ".join(sorted(unknown) + unbuildable))
+                   if value not in offered[field] and why_not[(field, value)]
+                   and f"unknown {field} {value!r}" not in unknown_values_named]
+    problems = sorted(unknown) + unbuildable
+    if problems:  # every invalid value, each once; one line when there is one
+        raise ValueError("invalid configs:" + ("\n  " if len(problems) > 1 else " ") + "\n  ".join(problems))
     return Selection(sorted(configs), {f: dict(r) for f, r in skipped.items()})
 
 

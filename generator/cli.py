@@ -76,6 +76,10 @@ def summary(configs):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.filter == "":  # most likely an unset shell variable, not a request for every kernel
+        print("setup.py: --filter expects a non-empty glob such as '*fp16*' (leave it out for every kernel)",
+              file=sys.stderr)
+        return 2
     try:
         selection = selection_from_args(args)
         catalogue = select(axes_of(selection), selection["filter"])
@@ -91,7 +95,12 @@ def main(argv=None):
         if skips:
             print(f"setup.py: skipped:{skips}", file=sys.stderr)
         return 0
-    written, removed = write_all(args.out, configs, selection)
+    try:
+        written, removed = write_all(args.out, configs, selection)
+    except OSError as error:
+        print(f"setup.py: --out expects a folder it can create and write, {args.out} is not one "
+              f"({error.strerror or error})", file=sys.stderr)
+        return 2
     print(f"setup.py: {summary(configs)}{skips}\n  wrote {written} changed file(s), removed {removed} "
           f"stale kernel(s) in {args.out}")
     return 0

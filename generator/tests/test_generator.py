@@ -1,7 +1,11 @@
 """Tests of the generator: catalogue, names, validation, rendering, and the command line."""
 import collections
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import jinja2
 import pytest
@@ -272,10 +276,30 @@ def test_cli_only_replaces_the_defaults(tmp_path, capsys):
     (["--head-dims", "100"], "head_dim 100"),
     (["--archs", "gfx1030"], "unknown arch"),
     (["--filter", "nothing*"], "no kernel matches"),
+    (["--filter", ""], "--filter expects a non-empty glob"),
+    (["--only", "--archs", "gfx1100", "--families", "mmaprefill"],
+     "invalid configs: arch gfx1100: no family offers it (mmaprefill: needs matrix core"),
 ])
 def test_cli_errors_exit_2_with_a_reason(tmp_path, capsys, argv, message):
     assert cli.main(argv + ["--out", str(tmp_path)]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err  # one line, naming the cause
+
+
+def test_an_unwritable_out_folder_is_a_one_line_error(capsys):
+    assert cli.main(["--only", "--archs", "sm90", "--head-dims", "64", "--out", "/proc/fmha-test"]) == 2
+    assert capsys.readouterr().err.startswith("setup.py: --out expects a folder it can create and write, /proc/fmha-test")
+
+
+def test_a_python_without_jinja2_is_sent_to_make_deps(tmp_path):
+    """setup.py run by a Python that cannot import jinja2 (a stand-in package that fails as a missing one would)."""
+    (tmp_path / "jinja2").mkdir()
+    (tmp_path / "jinja2" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'jinja2'\", name='jinja2')\n")
+    result = subprocess.run([sys.executable, "setup.py", "--list"], cwd=Path(cli.REPO), capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr == f"setup.py: {sys.executable} lacks the module jinja2: run `make deps`, which installs it " \
+                            "and names the Python that has it (or run setup.py with that Python)\n"
 
 
 def test_a_head_dim_some_family_does_not_take_is_skipped_there_and_said(tmp_path, capsys):
