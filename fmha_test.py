@@ -170,6 +170,9 @@ def test_the_mfma_prefill_loop_matches_the_reference_in_host_emulation(tmp_path)
     (["-b", "two"], "expects an integer"),
     (["-b", "0"], "batch (-b) must be positive"),
     (["-s", "-5"], "seqlen_kv (-s) must be positive"),
+    (["-s", "0"], "fmha.exe: seqlen_kv (-s) must be positive (got 0)\n"),
+    (["-list", "-b", "-1"], "fmha.exe: -list takes no other flag, got -b (see fmha.exe -help)\n"),
+    (["-list", "-kernel", "x"], "-list takes no other flag, got -kernel"),
     (["-d", "0"], "head_dim (-d) must be positive"),
     (["-h", "32", "-gqa", "5"], "must be a multiple of KV heads"),
     (["-s", "4", "-s-q", "8", "-causal-mask"], "leaves the first 4 query rows"),
@@ -278,6 +281,7 @@ def test_no_gpu_is_reported_with_exit_3():
     # The cause, not a runtime's guess (CUDA's runtime without a driver blames the driver's version).
     assert re.search(r"no GPU found: (no (NVIDIA|AMD GPU) driver|the (NVIDIA|AMD) driver sees no GPU|no access to /dev/kfd)",
                      result.stderr), result.stderr
+    assert re.search(r"\(this is the (AMD|NVIDIA) build; `make PLATFORM=(nvidia|amd)` builds for", result.stderr)
 
 
 @pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU: the GPU runs take these shapes")

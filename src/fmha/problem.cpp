@@ -47,9 +47,10 @@ std::vector<std::string> Problem::validate() const {
     };
     positive("batch (-b)", batch);
     positive("heads (-h)", heads_q);
-    positive("KV heads (-gqa)", heads_kv);
-    positive("seqlen_q (-s-q)", seqlen_q);
+    // KV heads and seqlen_q default to heads and seqlen_kv: an equal bad value was most likely not given.
+    if (heads_kv != heads_q) positive("KV heads (-gqa)", heads_kv);
     positive("seqlen_kv (-s)", seqlen_kv);
+    if (seqlen_q != seqlen_kv) positive("seqlen_q (-s-q)", seqlen_q);
     positive("head_dim (-d)", head_dim);
     if (!errors.empty()) return errors;
 

@@ -134,6 +134,12 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
     if (given.count("-sliding-window-size") && p.window < 1)
         parsed.errors.push_back("-sliding-window-size must be positive (got " + std::to_string(p.window) + ")");
     if (given.count("-fp16") && given.count("-bf16")) parsed.errors.push_back("-fp16 and -bf16 disagree: give one");
+    if (o.list) {  // -list describes no problem: any other flag is a mistake, not something to ignore
+        std::string others;
+        for (const std::string& flag : given)
+            if (flag != "-list") others += (others.empty() ? "" : ", ") + flag;
+        if (!others.empty()) parsed.errors.push_back("-list takes no other flag, got " + others);
+    }
     return parsed;
 }
 

@@ -259,7 +259,10 @@ int run(const Options& o) {
 
     const DeviceInfo device = query_device();
     if (!device.found) {
-        fprintf(stderr, "fmha.exe: no GPU found: %s\n", device.error.c_str());
+        // The platform was chosen at build time, perhaps not for the GPU the user meant: say how to pick the other.
+        const bool amd = build_platform() == Platform::amd;
+        fprintf(stderr, "fmha.exe: no GPU found: %s (this is the %s build; `make PLATFORM=%s` builds for %s GPUs)\n",
+                device.error.c_str(), amd ? "AMD" : "NVIDIA", amd ? "nvidia" : "amd", amd ? "NVIDIA" : "AMD");
         return kEnvironment;
     }
     if (!device.arch) {
@@ -364,8 +367,8 @@ int main(int argc, char** argv) {
     using namespace fmha;
     const ParsedCli cli = parse_cli(std::vector<std::string>(argv + 1, argv + argc));
     if (!cli.errors.empty()) {
-        for (const std::string& e : cli.errors) fprintf(stderr, "fmha.exe: %s\n", e.c_str());
-        fprintf(stderr, "fmha.exe: see fmha.exe -help\n");
+        for (size_t i = 0; i < cli.errors.size(); ++i)  // one line per error
+            fprintf(stderr, "fmha.exe: %s%s\n", cli.errors[i].c_str(), i + 1 == cli.errors.size() ? " (see fmha.exe -help)" : "");
         return kBadInput;
     }
     if (cli.options.help) {

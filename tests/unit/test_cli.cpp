@@ -89,6 +89,10 @@ TEST(Cli, BadServingOptions) {
 
 TEST(Cli, BadInputIsReportedNotGuessed) {
     EXPECT_FALSE(parse({"-bogus"}).errors.empty());
+    // -list prints the catalogue only: a problem flag beside it is an error, not ignored.
+    EXPECT_TRUE(parse({"-list"}).errors.empty());
+    EXPECT_EQ(parse({"-list", "-b", "-1"}).errors, std::vector<std::string>{"-list takes no other flag, got -b"});
+    EXPECT_EQ(parse({"-kernel", "x", "-list", "-v", "2"}).errors, std::vector<std::string>{"-list takes no other flag, got -kernel, -v"});
     EXPECT_FALSE(parse({"-b"}).errors.empty());                 // missing value
     EXPECT_FALSE(parse({"-b", "abc"}).errors.empty());
     EXPECT_FALSE(parse({"-b", "12x"}).errors.empty());

@@ -26,6 +26,10 @@ TEST(Problem, ValidAndInvalid) {
     EXPECT_FALSE(make(0, 32, 32, 1, 2, 256).validate().empty());
     EXPECT_FALSE(make(1, -3, 1, 1, 2, 256).validate().empty());
     EXPECT_FALSE(make(1, 32, 32, 1, 0, 256).validate().empty());
+    // seqlen_q and KV heads follow -s and -h when not given: the error names only the flag given.
+    EXPECT_EQ(make(1, 32, 32, 0, 0, 256).validate(), std::vector<std::string>{"seqlen_kv (-s) must be positive (got 0)"});
+    EXPECT_EQ(make(1, 0, 0, 4, 4, 256).validate(), std::vector<std::string>{"heads (-h) must be positive (got 0)"});
+    EXPECT_EQ(make(1, 8, 8, -1, 4, 256).validate(), std::vector<std::string>{"seqlen_q (-s-q) must be positive (got -1)"});
     EXPECT_FALSE(make(1, 32, 5, 1, 2, 256).validate().empty());            // 32 % 5
     EXPECT_FALSE(make(1, 8, 8, 9, 4, 64, true).validate().empty());         // causal, s_q > s_kv
     EXPECT_TRUE(make(1, 8, 8, 9, 4, 64, false).validate().empty());         // cross attention is fine
