@@ -4,7 +4,9 @@
 # GPU this machine has; without one, amd if hipcc is installed, else nvidia.
 # HIPCC: the hipcc of the Debian 13 root that `make deps` sets up where the system's ROCm does not
 # know gfx942 (run in that root by tools/trixie_hipcc.sh), else the system's.
-TRIXIE_ROOT = $(CURDIR)/toolchain/trixie
+# FMHA_CACHE: outside the clone, so that every clone on this machine reuses the root and its ccache.
+export FMHA_CACHE ?= /var/cache/fmha
+TRIXIE_ROOT = $(FMHA_CACHE)/trixie
 TRIXIE_HIPCC = $(CURDIR)/tools/trixie_hipcc.sh
 HIPCC ?= $(if $(wildcard $(TRIXIE_ROOT)/.fmha-packages),$(TRIXIE_HIPCC),$(shell command -v hipcc))
 NVCC ?= $(or $(shell command -v nvcc),$(wildcard /usr/local/cuda/bin/nvcc))
@@ -16,8 +18,10 @@ ifeq ($(PYTHON),)
 PYTHON := $(shell bash tools/python.sh 2>/dev/null)
 endif
 # Compiler launcher: ccache when installed, for rebuilds (`make LAUNCHER=` at configure: none);
-# tools/trixie_hipcc.sh runs the root's own ccache instead.
-LAUNCHER ?= $(if $(filter $(TRIXIE_HIPCC),$(HIPCC)),,$(shell command -v ccache))
+# the AMD build with tools/trixie_hipcc.sh runs the root's own ccache instead. CCACHE_BASEDIR
+# keeps the clone's path out of ccache's hashes, so another clone's build hits the same entries.
+LAUNCHER ?= $(if $(and $(filter amd,$(PLATFORM)),$(filter $(TRIXIE_HIPCC),$(HIPCC))),,$(shell command -v ccache))
+LAUNCH = $(if $(LAUNCHER),env;CCACHE_BASEDIR=$(CURDIR);$(LAUNCHER))
 JOBS ?= $(shell nproc)
 BUILD_DIR = build/$(PLATFORM)
 BINARIES = fmha.exe fmha_unit_tests fmha_gpu_tests fmha_capi_tests libfmha.so
@@ -47,7 +51,7 @@ generate: check-platform
 configure: generate
 	@[ -f $(BUILD_DIR)/build.ninja ] || cmake -S . -B $(BUILD_DIR) -G Ninja -DFMHA_PLATFORM=$(PLATFORM) \
 	  -DFMHA_PYTHON=$(PYTHON) $(CMAKE_COMPILERS) \
-	  -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) -DCMAKE_CUDA_COMPILER_LAUNCHER=$(LAUNCHER)
+	  -DCMAKE_CXX_COMPILER_LAUNCHER="$(LAUNCH)" -DCMAKE_CUDA_COMPILER_LAUNCHER="$(LAUNCH)"
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)

@@ -2,7 +2,7 @@
 # `make deps`: installs with apt-get whatever the build and tests need and this machine lacks,
 # then names the Python the build uses (tools/python.sh: the same choice `make` makes).
 # AMD: where the system's hipcc does not know gfx942 and gfx1100 (Debian 12's ROCm 5.2), it sets
-# up a Debian 13 root with hipcc 5.7.1 (clang 17) in toolchain/trixie (tools/trixie_root.sh),
+# up a Debian 13 root with hipcc 5.7.1 (clang 17) in $FMHA_CACHE/trixie (tools/trixie_root.sh),
 # which then builds every AMD target.
 # Machines without a package network (the GPU machine) must already have their platform's tools:
 # then only what is missing AND needed is an error.
@@ -30,7 +30,8 @@ print(" ".join("--offload-arch=" + a.compile_target for a in ARCHS.values() if a
     rm -rf "$scratch"
     return $status
 }
-if [ -f toolchain/trixie/.fmha-packages ]; then amd=trixie
+trixie=${FMHA_CACHE:-/var/cache/fmha}/trixie  # machine-wide: every clone reuses it
+if [ -f "$trixie/.fmha-packages" ] || [ -f toolchain/trixie/.fmha-packages ]; then amd=trixie
 elif command -v hipcc >/dev/null && knows_amd_targets; then amd=system
 else amd=none
 fi
@@ -66,7 +67,7 @@ if [ "$amd" = none ] || [ "$amd" = trixie ]; then  # create it, or top up its pa
 fi
 case $amd in
     system) echo "deps: AMD: $(command -v hipcc) builds every AMD target" ;;
-    trixie) echo "deps: AMD: hipcc 5.7.1 of the Debian 13 root toolchain/trixie builds every AMD target (tools/trixie_hipcc.sh)" ;;
+    trixie) echo "deps: AMD: hipcc 5.7.1 of the Debian 13 root $trixie builds every AMD target (tools/trixie_hipcc.sh)" ;;
 esac
 has_nvcc >/dev/null || echo "deps: no nvcc (CUDA toolkit): the NVIDIA platform cannot be built here"
 if ! python=$(bash tools/python.sh); then

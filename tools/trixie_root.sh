@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, or tops up, the Debian 13 (trixie) root in toolchain/trixie whose hipcc 5.7.1
+# Sets up, or tops up, the Debian 13 (trixie) root in $FMHA_CACHE/trixie (/var/cache/fmha:
+# outside the clone, so every clone on the machine shares it and its ccache) whose hipcc 5.7.1
 # (clang 17) builds every AMD target where the system's ROCm does not know gfx942 (Debian 12's
 # 5.2). Packages of Debian 13 would replace Debian 12's C library if installed into the system;
 # in their own root they stay apart. tools/trixie_hipcc.sh runs the compiler there.
@@ -8,7 +9,8 @@
 # Mirror: FMHA_DEBIAN_MIRROR, else the system's Debian mirror, else deb.debian.org.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=toolchain/trixie
+cache=${FMHA_CACHE:-/var/cache/fmha}
+root=$cache/trixie
 # The compiler and its device libraries; GoogleTest for the test binaries; ccache for rebuilds.
 packages="hipcc libamdhip64-dev rocm-device-libs-17 libgtest-dev ccache"
 
@@ -20,15 +22,20 @@ for tool in debootstrap chroot unshare; do
 done
 [ "$(id -u)" = 0 ] || { echo "trixie_root: needs root (debootstrap, chroot)" >&2; exit 1; }
 
+if [ ! -f "$root/.fmha-packages" ] && [ -f toolchain/trixie/.fmha-packages ]; then
+    # A root an older checkout set up inside the clone: hard links, so no copy and no download.
+    echo "deps: reusing toolchain/trixie for $root"
+    mkdir -p "$cache" && rm -rf "$root.partial" && cp -al toolchain/trixie "$root.partial" && mv "$root.partial" "$root"
+fi
 if [ ! -f "$root/.fmha-packages" ]; then
     mirror=${FMHA_DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\(http[^ ]*\/debian\)\/* *$/\1/p' \
         /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)}
     mirror=${mirror:-http://deb.debian.org/debian}
     echo "deps: setting up a Debian 13 root for hipcc 5.7.1 in $root from $mirror (a few minutes)"
     rm -rf "$root.partial"  # what an interrupted run left
-    mkdir -p toolchain
-    if ! debootstrap --variant=minbase trixie "$root.partial" "$mirror" > toolchain/debootstrap.log 2>&1; then
-        echo "trixie_root: debootstrap failed: toolchain/debootstrap.log says why" >&2
+    mkdir -p "$cache"
+    if ! debootstrap --variant=minbase trixie "$root.partial" "$mirror" > "$cache/debootstrap.log" 2>&1; then
+        echo "trixie_root: debootstrap failed: $cache/debootstrap.log says why" >&2
         rm -rf "$root.partial"
         exit 1
     fi
