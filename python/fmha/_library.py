@@ -1,8 +1,8 @@
 """libfmha.so through ctypes: the C ABI of src/capi/fmha_capi.h. Needs no PyTorch.
 
 The library is looked for, in order: $FMHA_LIBRARY; next to this file (lib/libfmha.so, where
-`pip install ./python` puts it); the repository's bin/ and build/<platform>/ (in-tree use after
-`make`). It is loaded once, on first use.
+`pip install ./python` puts it); for the clone's own python/fmha only, the repository's bin/ and
+build/<platform>/ (in-tree use after `make`). It is loaded once, on first use.
 """
 import ctypes
 import os
@@ -57,7 +57,8 @@ def candidate_paths():
     repo = here.parent.parent
     paths = [Path(os.environ["FMHA_LIBRARY"])] if os.environ.get("FMHA_LIBRARY") else []
     paths.append(here / "lib" / "libfmha.so")
-    paths += [repo / "bin" / "libfmha.so", repo / "build" / "nvidia" / "libfmha.so", repo / "build" / "amd" / "libfmha.so"]
+    if here.parent.name == "python" and (repo / "Makefile").is_file():  # in the clone, not installed
+        paths += [repo / "bin" / "libfmha.so", repo / "build" / "nvidia" / "libfmha.so", repo / "build" / "amd" / "libfmha.so"]
     return paths
 
 
@@ -66,7 +67,15 @@ class Library:
 
     def __init__(self, path):
         self.path = path
-        lib = ctypes.CDLL(str(path))
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as error:
+            if "GLIBC_" not in str(error):
+                raise
+            # The AMD build of a Debian 12 machine runs on the Debian 13 root's HIP runtime and C library.
+            raise OSError(f"{path} needs a newer C library than this Python's ({error}): an AMD build made with "
+                          "the Debian 13 toolchain root runs on that root's C library, which fmha.exe and the test "
+                          "binaries load through the root's loader but a Python of this system cannot") from None
         self._lib = lib
         signatures = {
             "fmha_abi_version": (_c_int32, []),
