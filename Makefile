@@ -1,7 +1,8 @@
 # fmha: `make deps && make`, then `bin/fmha.exe ...`; `make test`. See README.md.
 #
 # PLATFORM: amd (hipcc: gfx908, gfx90a, gfx942, gfx1100) or nvidia (nvcc: sm_90). Default: the
-# GPU this machine has; without one, amd if hipcc is installed, else nvidia.
+# GPU this machine has; without one, amd if an AMD compiler is there (hipcc, or the Debian 13
+# root that `make deps` sets up on Debian 12), else nvidia.
 # HIPCC: the hipcc of the Debian 13 root that `make deps` sets up where the system's ROCm does not
 # know gfx942 (run in that root by tools/trixie_hipcc.sh), else the system's.
 # FMHA_CACHE: outside the clone, so that every clone on this machine reuses the root and its ccache.
@@ -63,8 +64,9 @@ build: configure
 resources: configure
 	@cmake --build $(BUILD_DIR) --target resources -j $(JOBS)
 
-test: build $(if $(filter amd,$(PLATFORM)),resources)
-	FMHA_BIN_DIR=$(BUILD_DIR) $(PYTHON) -m pytest fmha_test.py -ra
+# A summary on the terminal; the full output in $(BUILD_DIR)/test.log (tools/run_tests.sh).
+test: build
+	@bash tools/run_tests.sh $(PLATFORM) $(BUILD_DIR) $(PYTHON) $(JOBS)
 
 list: check-platform
 	@$(PYTHON) setup.py --refresh --list

@@ -80,7 +80,7 @@ rm -rf "$WORK"
 
 {
     grep -E "^=+ .*(passed|failed|error)" "$OUT/pytest_python.log" | tail -1 | sed 's/^/pytest (Python API): /'
-    [ -f "$OUT/make_test.log" ] && grep -E "^=+ .*(passed|failed|error)" "$OUT/make_test.log" | tail -1 | sed 's/^/make test: /'
+    [ -f "$OUT/make_test.log" ] && grep -E "^pytest: [0-9]+ passed" "$OUT/make_test.log" | sed 's/^/make test: /'
     grep -h "ERROR SUMMARY" "$OUT/sanitizer.log"
     printf '%s\n' "${summary[@]}"
 } > "$OUT/summary.txt"
