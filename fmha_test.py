@@ -421,7 +421,7 @@ def test_adding_a_head_dim_compiles_only_its_kernels_and_the_table(tmp_path):
     run([sys.executable, "setup.py", "--only", "--dtypes", "fp16", "--head-dims", "64", "--heads", "mha", "--masks",
          "nomask", "--families", "decode", "--archs", arch], copy)
     build = copy / "build" / PLATFORM
-    # The compiler of this build (the copy lacks toolchain/, where `make deps` may have put it).
+    # The compiler this build was configured with, whichever the copy's Makefile would pick.
     compiler = [f"HIPCC={build_setting('CMAKE_CXX_COMPILER')}"] if PLATFORM == "amd" else []
     run(["make", "configure", f"PLATFORM={PLATFORM}", f"PYTHON={sys.executable}", *compiler,
          f"LAUNCHER={copy / 'tests' / 'build' / 'deps_only_launcher.py'}"], copy)

@@ -14,6 +14,11 @@ root=$cache/trixie
 # The compiler and its device libraries; GoogleTest for the test binaries; ccache for rebuilds.
 packages="hipcc libamdhip64-dev rocm-device-libs-17 libgtest-dev ccache"
 
+if [ ! -f "$root/.fmha-packages" ] && [ -f toolchain/trixie/.fmha-packages ]; then
+    # A root an older checkout set up inside the clone: hard links, so no copy and no download.
+    echo "deps: reusing toolchain/trixie for $root"
+    mkdir -p "$cache" && rm -rf "$root.partial" && cp -al toolchain/trixie "$root.partial" && mv "$root.partial" "$root"
+fi
 if [ -f "$root/.fmha-packages" ] && [ "$(cat "$root/.fmha-packages")" = "$packages" ]; then
     exit 0
 fi
@@ -22,11 +27,6 @@ for tool in debootstrap chroot unshare; do
 done
 [ "$(id -u)" = 0 ] || { echo "trixie_root: needs root (debootstrap, chroot)" >&2; exit 1; }
 
-if [ ! -f "$root/.fmha-packages" ] && [ -f toolchain/trixie/.fmha-packages ]; then
-    # A root an older checkout set up inside the clone: hard links, so no copy and no download.
-    echo "deps: reusing toolchain/trixie for $root"
-    mkdir -p "$cache" && rm -rf "$root.partial" && cp -al toolchain/trixie "$root.partial" && mv "$root.partial" "$root"
-fi
 if [ ! -f "$root/.fmha-packages" ]; then
     mirror=${FMHA_DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\(http[^ ]*\/debian\)\/* *$/\1/p' \
         /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)}
