@@ -39,6 +39,7 @@ def _import_tests(path):
 # The Python package's tests: its ctypes binding (no PyTorch needed) and its API (PyTorch, GPU).
 for _module in ("test_library.py", "test_torch_api.py"):
     globals().update(_import_tests(Path(__file__).resolve().parent / "tests" / "python" / _module))
+globals().update(_import_tests(Path(__file__).resolve().parent / "tests" / "test_pytest_summary.py"))  # make test's summary
 
 REPO = Path(__file__).resolve().parent
 BIN = Path(os.environ.get("FMHA_BIN_DIR", REPO / "bin"))

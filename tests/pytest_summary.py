@@ -4,6 +4,7 @@ skipped items with its reason, and every failure in full. pytest's own output (e
 resource table) goes to a log the summary names, so a passing run reads in a few lines."""
 import collections
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,15 +18,16 @@ def pytest_addoption(parser):
 
 
 def area_of(item):
-    """Where an item comes from: fmha_test.py gathers them all into one module."""
-    module = getattr(getattr(item, "function", None), "__module__", "") or ""
+    """Where an item comes from, by the file of its function: fmha_test.py gathers them all."""
+    function = getattr(item, "function", None)
+    source = Path(function.__code__.co_filename) if function else item.path
     name = getattr(item, "originalname", item.name)
-    if module.startswith("generator"):
+    gtest = {"test_unit": "GoogleTest unit", "test_gpu": "GoogleTest GPU", "test_capi": "GoogleTest C ABI"}
+    if source.parent.name == "tests" and source.parent.parent.name == "generator":
         return "generator"
-    if module.startswith("fmha_tests_"):  # tests/python, imported by fmha_test.py
+    if source.parent.name == "python" and source.parent.parent.name == "tests":
         return "python package"
-    return {"test_unit": "GoogleTest unit", "test_gpu": "GoogleTest GPU", "test_capi": "GoogleTest C ABI"}.get(
-        name, "fmha.exe and set-up")
+    return gtest.get(name, "fmha.exe and set-up")
 
 
 class Summary:
@@ -66,21 +68,36 @@ class Summary:
         lines = [f"pytest: {', '.join(f'{total[o]} {o}' for o in OUTCOMES)} in {time.time() - self.start:.0f} s "
                  f"(exit code {int(exitstatus)})", f"  {'area':22s} " + " ".join(f"{o:>8s}" for o in OUTCOMES)]
         lines += [f"  {area:22s} " + " ".join(f"{counter[o]:8d}" for o in OUTCOMES) for area, counter in sorted(counts.items())]
-        groups = collections.defaultdict(collections.Counter)  # reason -> area -> items
+        # Grouped by the reason's head ("no GPU", "this build's catalogue has no kernel for it"):
+        # the rest often names the item's own shape, so one example of it is shown.
+        groups = collections.defaultdict(collections.Counter)  # head -> area -> items
+        details = collections.defaultdict(set)                 # head -> the rest of each reason
         for nodeid, reason in self.skip_reasons.items():
             if self.outcome.get(nodeid) == "skipped":
-                groups[reason][self.areas.get(nodeid, "other")] += 1
+                head, _, rest = reason.partition(": ")
+                groups[head][self.areas.get(nodeid, "other")] += 1
+                details[head].add(rest)
         if groups:
-            lines.append("skipped, by reason (items: areas):")
-        ordered = sorted(groups.items(), key=lambda group: -sum(group[1].values()))
-        for reason, by_area in ordered[:MAX_GROUPS]:
-            short = reason if len(reason) <= MAX_REASON else reason[:MAX_REASON] + "..."
-            lines.append(f"  {sum(by_area.values()):5d}: {', '.join(sorted(by_area))}: {short}")
+            lines.append("skipped, by reason (items: areas: reason):")
+        ordered = sorted(groups.items(), key=lambda group: (-sum(group[1].values()), group[0]))
+        for head, by_area in ordered[:MAX_GROUPS]:
+            rest = sorted(details[head])
+            text = head + (f": {rest[0]}" if len(rest) == 1 and rest[0] else f" (e.g. {rest[0]})" if rest[0] else "")
+            text = text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
+            lines.append(f"  {sum(by_area.values()):5d}: {', '.join(sorted(by_area))}: {text}")
         if len(ordered) > MAX_GROUPS:
             lines.append(f"  ... and {len(ordered) - MAX_GROUPS} more reasons (the log lists every skipped item)")
         for nodeid, when, text in self.failures:
             lines += [f"FAILED {nodeid} ({when})", text.rstrip()]
         return lines
+
+    def pytest_terminal_summary(self, terminalreporter):
+        """Into the log (pytest's own output): every skipped item with its whole reason."""
+        skipped = [(nodeid, reason) for nodeid, reason in self.skip_reasons.items() if self.outcome.get(nodeid) == "skipped"]
+        if skipped:
+            terminalreporter.section(f"{len(skipped)} skipped items, each with its reason")
+        for nodeid, reason in skipped:
+            terminalreporter.write_line(f"SKIPPED {nodeid}: {reason}")
 
     def pytest_sessionfinish(self, session, exitstatus):
         with open(self.path, "w") as out:

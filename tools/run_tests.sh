@@ -16,7 +16,7 @@ if [ "$platform" = amd ]; then
     fi
     grep -E "^resources: [0-9]+ kernel files checked" "$log"
 fi
-FMHA_BIN_DIR=$build "$python" -m pytest fmha_test.py -ra -p tests.pytest_summary --summary-file "$summary" >> "$log" 2>&1
+FMHA_BIN_DIR=$build "$python" -m pytest fmha_test.py -v -ra -p tests.pytest_summary --summary-file "$summary" >> "$log" 2>&1
 status=$?
 if [ -s "$summary" ]; then cat "$summary"; else tail -n 40 "$log"; fi  # no summary: pytest stopped early
 echo "make test: the full output (every item, skip reason$([ "$platform" = amd ] && echo " and the resource table")): $log"
