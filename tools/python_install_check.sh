@@ -16,6 +16,7 @@ fail() { echo "python_install_check: FAIL: $*"; exit 1; }
 
 [ -f bin/libfmha.so ] || fail "bin/libfmha.so is missing: run make first"
 "$PYTHON" -c "import torch" 2>/dev/null || fail "$PYTHON cannot import torch (PyTorch)"
+"$PYTHON" -m pip --version >/dev/null 2>&1 || fail "$PYTHON has no pip (the environment borrows it)"
 # --without-pip: the environment uses the pip its base Python has (no ensurepip, no download).
 "$PYTHON" -m venv --without-pip --system-site-packages "$work/venv" || fail "python -m venv failed"
 venv_python=$work/venv/bin/python
