@@ -62,9 +62,7 @@ class Summary:
         counts = collections.defaultdict(collections.Counter)
         for nodeid, outcome in self.outcome.items():
             counts[self.areas.get(nodeid, "other")][outcome] += 1
-        total = collections.Counter()
-        for counter in counts.values():
-            total.update(counter)
+        total = collections.Counter(self.outcome.values())
         lines = [f"pytest: {', '.join(f'{total[o]} {o}' for o in OUTCOMES)} in {time.time() - self.start:.0f} s "
                  f"(exit code {int(exitstatus)})", f"  {'area':22s} " + " ".join(f"{o:>8s}" for o in OUTCOMES)]
         lines += [f"  {area:22s} " + " ".join(f"{counter[o]:8d}" for o in OUTCOMES) for area, counter in sorted(counts.items())]
