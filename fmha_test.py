@@ -247,9 +247,11 @@ def test_a_forced_tensor_core_kernel_refuses_the_serving_options():
     dtype, head_dim, heads = name.split("_")[2], name.split("_")[3][1:], name.split("_")[4]
     problem = ["-kernel", name, f"-{dtype}", "-d", head_dim] + (["-causal-mask"] if "_causal_" in name else [])
     problem += {"mha": [], "mqa": ["-mqa"], "gqa": ["-gqa", "4"]}[heads]
-    for flags, why in [(["-softcapping-scale-bmm1", "30"], "has no logit softcapping yet (-softcapping-scale-bmm1)"),
-                       (["-alibi"], "has no ALiBi yet (-alibi)"),
-                       (["-paged-kv"], "reads no paged KV cache yet (-paged-kv)")]:
+    refused = [(["-paged-kv"], "reads no paged KV cache yet (-paged-kv)")]
+    if not name.endswith("_sm90"):  # the MFMA loop has no scoring options yet; the wgmma one has
+        refused += [(["-softcapping-scale-bmm1", "30"], "has no logit softcapping on MFMA yet (-softcapping-scale-bmm1)"),
+                    (["-alibi"], "has no ALiBi on MFMA yet (-alibi)")]
+    for flags, why in refused:
         result = fmha(*problem, *flags)
         assert result.returncode == 2, result.stdout + result.stderr
         assert f"cannot run this problem: the tensor-core family {why}" in result.stderr, result.stderr
@@ -490,7 +492,43 @@ SERVING_RUNS = {
                            "128"],
     "everything_varlen": ["-b", "7", "-h", "8", "-gqa", "2", "-s", "300", "-min-s", "1", "-d", "64", "-causal-mask",
                           "-paged-kv", "-page-size", "32", "-alibi", "-softcapping-scale-bmm1", "10"],
+    "softcap_prefill_d64_long_tiles": ["-b", "2", "-h", "8", "-s", "1000", "-d", "64", "-softcapping-scale-bmm1", "30"],
+    "alibi_packed_prefill_d256_bf16": ["-b", "6", "-h", "8", "-gqa", "4", "-s", "700", "-min-s", "1", "-d", "256",
+                                       "-layout", "packed", "-causal-mask", "-alibi", "-bf16"],
 }
+
+# Packed variable-length batches (-layout packed: cu_seqlens, lengths as -min-s draws them, odd
+# and 1-token sequences among them): each family, GQA packing of short sequences in a tile,
+# windows, a paged cache beside packed queries; the family each should take.
+PACKED_RUNS = {
+    "packed_prefill_causal_gqa": (["-b", "9", "-h", "8", "-gqa", "2", "-s", "777", "-min-s", "1", "-d", "128",
+                                   "-causal-mask"], "mmaprefill"),
+    "packed_prefill_d64_persistent": (["-b", "5", "-h", "4", "-s", "1500", "-min-s", "1", "-d", "64"], "mmaprefill"),
+    "packed_prefill_d256_window_bf16": (["-b", "4", "-h", "4", "-s", "600", "-min-s", "100", "-d", "256",
+                                         "-sliding-window-size", "50", "-bf16"], "mmaprefill"),
+    "packed_short_sequences_gqa_tiles": (["-b", "20", "-h", "32", "-gqa", "8", "-s", "40", "-min-s", "1", "-d", "64"],
+                                         "mmaprefill"),
+    "packed_decode_causal": (["-b", "33", "-h", "16", "-gqa", "4", "-s", "3000", "-s-q", "2", "-min-s", "1", "-d", "128",
+                              "-causal-mask"], "decode"),
+    "packed_decode_short_keys_d256": (["-b", "300", "-h", "8", "-s", "9", "-s-q", "1", "-min-s", "1", "-d", "256"],
+                                      "decode"),
+    "packed_queries_paged_cache": (["-b", "5", "-h", "4", "-s", "500", "-min-s", "1", "-d", "64", "-causal-mask",
+                                    "-paged-kv", "-page-size", "32"], "prefill"),
+}
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(PACKED_RUNS))
+def test_fmha_exe_checks_packed_batches(name):
+    args, family = PACKED_RUNS[name]
+    result = fmha(*args, "-layout", "packed", "-lse", "-v", "1", "-runs", "3", "-warm-up-runs", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Checks........: SUCCESS" in result.stdout
+    assert "Checks LSE....: SUCCESS" in result.stdout
+    kernel = re.search(r"^Kernel\.+: (\S+)", result.stdout, re.M)
+    on_wgmma = any(line.endswith("_sm90") for line in fmha("-list").stdout.split())
+    if family != "mmaprefill" or on_wgmma:
+        assert kernel and f"_{family}_" in kernel.group(1), result.stdout
 
 
 @needs_gpu
@@ -501,9 +539,13 @@ def test_fmha_exe_checks_the_serving_options(name):
     assert "Checks........: SUCCESS" in result.stdout
     assert "Checks LSE....: SUCCESS" in result.stdout
     kernel = re.search(r"^Kernel\.+: (\S+) \((.*)\)$", result.stdout, re.M)
-    assert kernel and "_mmaprefill_" not in kernel.group(1), result.stdout
+    assert kernel, result.stdout
+    paged = "-paged-kv" in SERVING_RUNS[name]
     if "_decode_" in kernel.group(1):
         assert re.search(r"^Launch\.+: .* variant with run-time options", result.stdout, re.M), result.stdout
+    elif "_mmaprefill_" in kernel.group(1):  # the wgmma loop takes softcapping and ALiBi, no pages yet
+        assert not paged and kernel.group(1).endswith("_sm90"), result.stdout
+        assert re.search(r"^Launch\.+: .* the kernel with the serving options", result.stdout, re.M), result.stdout
     elif any("_mmaprefill_" in line for line in fmha("-list").stdout.splitlines()):  # passed over, and why
         assert "; not mmaprefill: the tensor-core family " in kernel.group(2), result.stdout
 
@@ -591,6 +633,34 @@ def test_saved_tensors_check_independently_with_numpy(tmp_path, dtype):
     lse = np.load(tmp_path / "lse.npy")  # natural log, as FlashAttention returns it
     assert lse.shape == (2, 4, 5) and lse.dtype == np.float32
     assert np.abs(lse - (row_max[..., 0] + np.log(p.sum(-1)))).max() < 1e-4
+
+
+@needs_gpu
+def test_saved_packed_tokens_check_independently_with_numpy(tmp_path):
+    """-layout packed saves the tokens as the kernel read them and cu_seqlens: NumPy slices each
+    sequence out and checks it, and the LSE [heads, tokens]."""
+    np = pytest.importorskip("numpy")
+    result = fmha("-b", "4", "-h", "4", "-gqa", "2", "-s", "300", "-min-s", "1", "-d", "64", "-causal-mask", "-lse",
+                  "-layout", "packed", "-save-tensors", tmp_path, "-runs", "1")
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    q, k, v, o = (np.load(tmp_path / f"{n}.npy").astype(np.float64) for n in "qkvo")
+    cu_q, cu_k = np.load(tmp_path / "cu_seqlens_q.npy"), np.load(tmp_path / "cu_seqlens_k.npy")
+    lse = np.load(tmp_path / "lse.npy")
+    assert cu_q.dtype == np.int32 and cu_q[0] == 0 and cu_q[-1] == q.shape[0] and cu_k[-1] == k.shape[0]
+    assert q.shape[1:] == (4, 64) and k.shape[1:] == (2, 64) and lse.shape == (4, q.shape[0])
+    for b in range(4):
+        qs, ks, vs = q[cu_q[b]:cu_q[b + 1]], k[cu_k[b]:cu_k[b + 1]], v[cu_k[b]:cu_k[b + 1]]
+        len_q, len_k = qs.shape[0], ks.shape[0]
+        ks, vs = np.repeat(ks, 2, axis=1), np.repeat(vs, 2, axis=1)
+        scores = np.einsum("ihd,jhd->hij", qs, ks) * meta["scale"]
+        i, j = np.arange(len_q)[:, None], np.arange(len_k)[None, :]
+        scores = np.where(j <= i + len_k - len_q, scores, -np.inf)
+        row_max = scores.max(-1, keepdims=True)
+        p = np.exp(scores - row_max)
+        expected = np.einsum("hij,jhd->ihd", p / p.sum(-1, keepdims=True), vs)
+        assert np.abs(o[cu_q[b]:cu_q[b + 1]] - expected).max() < 2e-3, f"sequence {b}"
+        assert np.abs(lse[:, cu_q[b]:cu_q[b + 1]] - (row_max[..., 0] + np.log(p.sum(-1)))).max() < 1e-4
 
 
 @needs_gpu

@@ -4,15 +4,7 @@
 set -u
 OUT=${OUT:-device-logs}
 mkdir -p "$OUT"
-summary=()
-step() { # step NAME COMMAND...: runs, logs to $OUT/NAME.log, records the exit code
-    local name=$1; shift
-    local start=$SECONDS
-    "$@" > "$OUT/$name.log" 2>&1
-    local rc=$?
-    summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
-    return $rc
-}
+. "$(dirname "$0")/device_steps.sh"
 { nvidia-smi; date -u; uname -a; } > "$OUT/machine.log" 2>&1
 step build make JOBS=16
 step test make test JOBS=16

@@ -20,6 +20,10 @@ fail() { echo "python_install_check: FAIL: $*"; exit 1; }
 # --without-pip: the environment uses the pip its base Python has (no ensurepip, no download).
 "$PYTHON" -m venv --without-pip --system-site-packages "$work/venv" || fail "python -m venv failed"
 venv_python=$work/venv/bin/python
+# Where that Python is itself a venv's (PyTorch installed there, as on the GPU machine), the new
+# one sees only the base Python's packages: a .pth file adds the outer venv's.
+outer=$("$PYTHON" -c 'import site, sys; print("\n".join(site.getsitepackages()) if sys.prefix != sys.base_prefix else "")')
+[ -z "$outer" ] || echo "$outer" > "$("$venv_python" -c 'import site; print(site.getsitepackages()[0])')/outer-venv.pth"
 . "$work/venv/bin/activate"
 # The README's command, verbatim; PIP_NO_INDEX: proof that it needs no package index.
 (set -x; PIP_NO_INDEX=1 python3 -m pip install --no-build-isolation --no-deps ./python) \

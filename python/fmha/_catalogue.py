@@ -31,6 +31,8 @@ class Prepared:
         batch, heads, seqlen_q, head_dim = problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim
         self.out_shape, self.lse_shape = (batch, seqlen_q, heads, head_dim), (batch, heads, seqlen_q)
         self.o_strides = (seqlen_q * heads * head_dim, head_dim, heads * head_dim)  # contiguous [b, s, h, d]
+        if problem.packed:  # [total_q, h, d]; the shapes' token count is the call's (forward_packed)
+            self.o_strides = (heads * head_dim, head_dim, heads * head_dim)
 
 
 # PyTorch's current stream of a device as a raw handle (what Inductor's generated code calls).
@@ -42,10 +44,13 @@ _MAX_PLANS = 4096
 _plans = {}  # (device, dtype, sizes, causal, window, scale) -> Prepared, or the reason there is none
 
 
-def _kernel_strides(t):
+def _kernel_strides(t, packed=False):
     """(batch, head, row) element strides of a [b, s, h, d] tensor. A dimension of size 1 is
-    never stepped along, so a view's odd stride there (not a multiple of 8) becomes 0."""
+    never stepped along, so a view's odd stride there (not a multiple of 8) becomes 0. Packed
+    tokens ([1, total, h, d]): the batch stride is the row stride (fmha_tensors)."""
     (batch, seqlen, heads, _), (sb, ss, sh, _) = t.shape, t.stride()
+    if packed:
+        sb = ss
     if batch == 1 and sb % 8:
         sb = 0
     if heads == 1 and sh % 8:
@@ -59,9 +64,13 @@ def _aligned(t, strides):
     return t.data_ptr() % 16 == 0 and strides[0] % 8 == 0 and strides[1] % 8 == 0 and strides[2] % 8 == 0
 
 
-def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p):
+def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None):
     """(launch, None) when a catalogue kernel serves the call, else (None, why not); a launch is
-    (Prepared, the 12 kernel strides of q, k, v and the output, as fmha_tensors orders them)."""
+    (Prepared, the 12 kernel strides of q, k, v and the output, as fmha_tensors orders them).
+    packed: (batch, max_seqlen_q, max_seqlen_k) of packed tokens q [total_q, h, d], k and v
+    [total_k, h_kv, d] (flash_attn_varlen_func), else None for [b, s, h, d] tensors."""
+    if packed is not None:  # as a padded batch's tensors, whose batch stride is the row stride
+        q, k, v = (t.unsqueeze(0) for t in (q, k, v))
     if not q.is_cuda:
         return None, f"the tensors are on {q.device}: the catalogue's kernels run on GPUs"
     dtype = _DTYPES.get(q.dtype)
@@ -75,7 +84,9 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p):
     causal = right == 0
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_kv, heads_kv = k.shape[1], k.shape[2]
-    if causal and seqlens_q is None and seqlen_q > seqlen_kv:
+    if packed is not None:
+        batch, seqlen_q, seqlen_kv = packed
+    if causal and seqlens_q is None and packed is None and seqlen_q > seqlen_kv:
         return None, (f"causal with seqlen_q ({seqlen_q}) > seqlen_kv ({seqlen_kv}): the first rows see no key, "
                       "which the kernels' validation rejects")
     try:
@@ -83,7 +94,8 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p):
     except OSError as error:
         return None, str(error)
     window = min(left + 1, _INT32_MAX) if causal and left >= 0 else 0
-    key = (q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, causal, window, scale)
+    key = (q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, causal, window, scale,
+           packed is not None)
     prepared = _plans.get(key)
     if prepared is None:
         if len(_plans) >= _MAX_PLANS:  # e.g. a growing KV cache length: a new shape every step
@@ -91,7 +103,7 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p):
         prepared = _plans[key] = _plan(library, key, q.device)
     if isinstance(prepared, str):
         return None, prepared
-    strides = _kernel_strides(q), _kernel_strides(k), _kernel_strides(v)
+    strides = tuple(_kernel_strides(t, packed is not None) for t in (q, k, v))
     for name, t, kernel_strides in zip("qkv", (q, k, v), strides):
         if not _aligned(t, kernel_strides):
             return None, (f"{name}'s data pointer or strides are not multiples of 16 bytes, which the kernels' "
@@ -100,11 +112,12 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p):
 
 
 def _plan(library, key, torch_device):
-    device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, causal, window, scale = key
+    device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, causal, window, scale, packed = key
     sizes = (batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim)
     if any(size > _INT32_MAX for size in sizes):
         return f"sizes {sizes}: the kernels take 32-bit sizes"
-    problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, int(causal), window, scale)
+    problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, int(causal), window, scale,
+                               int(packed))
     try:
         plan, reason = library.plan(problem, device)
     except _library.LibraryError as error:
@@ -166,9 +179,30 @@ def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse, kept=False):
         q_ptr, k_ptr, v_ptr, out.data_ptr(), *strides,
         seqlens_q.data_ptr() if seqlens_q is not None else 0,
         seqlens_kv.data_ptr() if seqlens_kv is not None else 0,
-        lse.data_ptr() if lse is not None else 0)
-    status = prepared.launch(prepared.plan_address, prepared.problem_address, tensors, workspace[2], workspace_bytes,
+        lse.data_ptr() if lse is not None else 0, 0, 0, 0, 0)
+    _launch(prepared, tensors, workspace, stream)
+    return out, lse
+
+
+def _launch(prepared, tensors, workspace, stream):
+    status = prepared.launch(prepared.plan_address, prepared.problem_address, tensors, workspace[2], workspace[0],
                              stream)
     if status != _library.OK:
         raise RuntimeError(f"fmha: {prepared.kernel}: {prepared.library.last_error()}")
+
+
+def forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, return_lse):
+    """(out [total_q, h, d], LSE [h, total_q] fp32 or None) of packed tokens by a launch of
+    prepare(..., packed=...): the tensors read in place, no gather or scatter."""
+    prepared, strides = launch
+    total_q, heads, head_dim = q.shape
+    out = torch.empty((total_q, heads, head_dim), dtype=q.dtype, device=prepared.device)
+    lse = torch.empty((heads, total_q), dtype=torch.float32, device=prepared.device) if return_lse else None
+    stream = _raw_stream(prepared.device_index)
+    workspace = _workspace(prepared.workspace_bytes, prepared, stream, False) if prepared.workspace_bytes else (0, None, None)
+    tensors = _library.TENSORS.pack(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *strides,
+        0, seqused_k.data_ptr() if seqused_k is not None else 0, lse.data_ptr() if lse is not None else 0,
+        cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), total_q, k.shape[0])
+    _launch(prepared, tensors, workspace, stream)
     return out, lse

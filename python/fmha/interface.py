@@ -2,7 +2,7 @@
 GQA/MQA from the head counts, causal masks bottom-right aligned, LSE in natural log."""
 import torch
 
-from . import _checks, _fastpath
+from . import _catalogue, _checks, _fastpath
 from ._ops import attention
 
 
@@ -56,8 +56,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     head_dim]; sequence b holds tokens cu_seqlens[b] to cu_seqlens[b + 1] (int32 [batch + 1]).
     Returns out like q, and with return_lse the LSE, fp32 [heads, total_q].
 
-    The kernels take a padded batch with per-sequence lengths, so the tokens are gathered into
-    one ([batch, max_seqlen, heads, head_dim]) and the output scattered back.
+    The kernels read the packed tokens in place. Calls they do not serve, and calls with
+    autograd or under torch.compile, take the padded path: the tokens gathered into a padded
+    batch ([batch, max_seqlen, heads, head_dim]) with per-sequence lengths, the output scattered
+    back.
     """
     _checks.qkv(q, k, v, rank=3, layout="[total_tokens, heads, head_dim]")
     _checks.positive_int("max_seqlen_q", max_seqlen_q)
@@ -71,11 +73,19 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k)
     scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
     left, right = _checks.window(window_size, causal)
+    dropout_p = _checks.dropout(dropout_p)
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if not needs_grad and not torch.compiler.is_compiling() and cu_seqlens_q.is_contiguous() and cu_seqlens_k.is_contiguous():
+        launch, _ = _catalogue.prepare(q, k, v, None, scale, left, right, dropout_p,
+                                       packed=(batch, max_seqlen_q, max_seqlen_k))
+        if launch is not None:
+            out, lse = _catalogue.forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, None, return_lse)
+            return (out, lse) if return_lse else out
     seqlens_q = (cu_seqlens_q[1:] - cu_seqlens_q[:-1]).contiguous()
     seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).contiguous()
     out, lse = attention(_padded(q, cu_seqlens_q, max_seqlen_q), _padded(k, cu_seqlens_k, max_seqlen_k),
                          _padded(v, cu_seqlens_k, max_seqlen_k), seqlens_q, seqlens_k, scale, left, right,
-                         _checks.dropout(dropout_p), return_lse, strict)
+                         dropout_p, return_lse, strict)
     # Each token's sequence and position in it, to read its row of the padded output.
     tokens = torch.arange(q.shape[0], device=q.device)
     sequence = torch.searchsorted(cu_seqlens_q[1:].long(), tokens, right=True).clamp_(max=batch - 1)

@@ -18,8 +18,9 @@
 #include "platform/device.h"
 
 // python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
-static_assert(sizeof(fmha_problem) == 40 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
-static_assert(sizeof(fmha_tensors) == 152 && offsetof(fmha_tensors, seqlens_q) == 128,
+static_assert(sizeof(fmha_problem) == 44 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_tensors) == 176 && offsetof(fmha_tensors, seqlens_q) == 128 &&
+                  offsetof(fmha_tensors, cu_seqlens_q) == 152,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
 
 namespace fmha {
@@ -58,6 +59,7 @@ fmha_status to_problem(const fmha_problem* c, Problem* p) {
     p->causal = c->causal != 0;
     p->window = c->window;
     p->scale = c->scale;
+    if (c->packed) p->layout = Layout::packed;
     std::string errors;
     for (const std::string& error : p->validate()) errors += (errors.empty() ? "" : "; ") + error;
     if (!errors.empty()) return fail(FMHA_INVALID_ARGUMENT, "invalid problem: " + errors);
@@ -226,6 +228,18 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         params.seqlens_q = t.seqlens_q;
         params.seqlens_kv = t.seqlens_kv;
         params.lse = t.lse;
+        if (p.layout == Layout::packed) {
+            if (!t.cu_seqlens_q || !t.cu_seqlens_kv || t.total_q <= 0 || t.total_kv <= 0)
+                return fail(FMHA_INVALID_ARGUMENT, "problem.packed needs tensors.cu_seqlens_q and cu_seqlens_kv and "
+                                                   "positive total_q and total_kv (got " + std::to_string(t.total_q) +
+                                                   ", " + std::to_string(t.total_kv) + ")");
+            params.cu_seqlens_q = t.cu_seqlens_q;
+            params.cu_seqlens_kv = t.cu_seqlens_kv;
+            params.total_q = t.total_q;
+            params.total_kv = t.total_kv;
+            for (TensorStrides* s : {&params.q_strides, &params.k_strides, &params.v_strides, &params.o_strides})
+                s->batch = s->row;  // FwdParams: a packed tensor's sequences start cu_seqlens "batches" in
+        }
         params.workspace = workspace;
         params.workspace_bytes = workspace_bytes;
 

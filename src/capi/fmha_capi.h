@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a signature changes; callers check it before anything. */
-#define FMHA_ABI_VERSION 1
+#define FMHA_ABI_VERSION 2
 
 typedef enum fmha_status {
     FMHA_OK = 0,
@@ -42,6 +42,8 @@ typedef struct fmha_problem {
     int32_t causal; /* bottom-right aligned: query i sees keys j <= i + len_kv - len_q */
     int32_t window; /* causal only: the keys seen end at that diagonal and number at most this; 0 = no limit */
     float scale;    /* softmax scale on Q.K^T; 0 = 1/sqrt(head_dim) */
+    int32_t packed; /* packed variable-length tokens (FlashAttention's varlen): tensors.cu_seqlens_* place
+                       the sequences; seqlen_q and seqlen_kv are then the longest sequence's */
 } fmha_problem;
 
 /* Device pointers of one call. Q and O are [batch, heads_q, seqlen_q, head_dim] by their strides,
@@ -54,7 +56,14 @@ typedef struct fmha_tensors {
     fmha_strides q_strides, k_strides, v_strides, o_strides;
     const int32_t* seqlens_q;  /* per-sequence lengths [batch] (<= the maxima), or NULL for full length */
     const int32_t* seqlens_kv; /* rows past a sequence's length are neither read nor written */
-    float* lse;                /* NULL, or fp32 [batch, heads_q, seqlen_q] contiguous: natural-log LSE per row */
+    float* lse;                /* NULL, or fp32 [batch, heads_q, seqlen_q] contiguous: natural-log LSE per row
+                                  ([heads_q, total_q] where packed) */
+    /* problem.packed: Q and O are [total_q, heads_q, head_dim], K and V [total_kv, heads_kv, head_dim]
+     * (their strides' batch field is ignored); sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1
+     * (int32 [batch + 1], device memory), its length that span unless seqlens_* gives one. */
+    const int32_t* cu_seqlens_q;
+    const int32_t* cu_seqlens_kv;
+    int32_t total_q, total_kv;
 } fmha_tensors;
 
 /* A kernel chosen for a problem on a device, and the workspace bytes its launch needs. */

@@ -54,10 +54,9 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
     if (key.family == Family::mmaprefill && !mmaprefill::takes_scale(p.softmax_scale()))
         misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
     if (key.family == Family::mmaprefill) {
-        // Its wgmma main loop has none of the serving options yet; the CUDA-core prefill family has.
-        if (p.softcap != 0.f) misfits.push_back("the tensor-core family has no logit softcapping yet (-softcapping-scale-bmm1)");
-        if (p.alibi) misfits.push_back("the tensor-core family has no ALiBi yet (-alibi)");
-        if (p.paged()) misfits.push_back("the tensor-core family reads no paged KV cache yet (-paged-kv)");
+        if (const char* why = mmaprefill::declined_option(matrix_core(key.arch) == MatrixCore::wgmma,
+                                                          {p.softcap != 0.f, p.alibi, p.paged(), p.layout == Layout::packed}))
+            misfits.push_back(why);
     }
     if (!heads_fit(key.heads, p))
         misfits.push_back(std::string("its heads kind is ") + token(key.heads) + ", the problem's " + token(p.heads_kind()) +

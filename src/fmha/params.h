@@ -33,6 +33,16 @@ struct FwdParams {
     const int* seqlens_q;
     const int* seqlens_kv;
 
+    // Packed variable-length batches (FlashAttention's varlen layout), or nullptr: sequence b
+    // is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1 (int32 [batch + 1]) of its tensors, whose
+    // strides' `batch` field is then the row stride (sequence b starts cu_seqlens[b] "batches"
+    // in); its length is that span, or seqlens_* where given (FlashAttention's seqused_k: the
+    // used part of a longer span). Q/O and K/V each packed or not.
+    const int* cu_seqlens_q;
+    const int* cu_seqlens_kv;
+    int total_q;   // packed: rows of Q and O (cu_seqlens_q[batch])
+    int total_kv;  // packed: rows of K and V
+
     float scale;         // softmax scale applied to Q.K^T (default 1/sqrt(head_dim))
     // Causal kernels: query i of a sequence sees key j iff
     //   i + (len_kv - len_q) - window < j <= i + (len_kv - len_q)   (bottom-right aligned);
@@ -41,7 +51,8 @@ struct FwdParams {
 
     // Optional output (nullptr: not written): each query row's softmax log-sum-exp in natural
     // log, log(sum_j exp(scale * q.k_j)) over the keys it sees, fp32, contiguous
-    // [batch, heads_q, seqlen_q]; -inf for a row that sees no key.
+    // [batch, heads_q, seqlen_q] ([heads_q, total_q] where Q is packed); -inf for a row that
+    // sees no key.
     float* lse;
 
     // Scoring options (FMHA_v2's -softcapping-scale-bmm1 and -alibi); 0 / nullptr: off. A score

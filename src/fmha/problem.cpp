@@ -13,12 +13,13 @@ const char* layout_token(Layout layout) {
         case Layout::bhsd: return "bhsd";
         case Layout::bshd: return "bshd";
         case Layout::qkv_packed: return "qkv-packed";
+        case Layout::packed: return "packed";
     }
     return "?";
 }
 
 bool parse_layout(const std::string& text, Layout* layout) {
-    for (Layout l : {Layout::bhsd, Layout::bshd, Layout::qkv_packed}) {
+    for (Layout l : {Layout::bhsd, Layout::bshd, Layout::qkv_packed, Layout::packed}) {
         if (text == layout_token(l)) {
             *layout = l;
             return true;
@@ -72,6 +73,8 @@ std::vector<std::string> Problem::validate() const {
         errors.push_back("a paged KV cache keeps K and V in pages: it cannot take the packed QKV layout");
     if (layout == Layout::qkv_packed && (seqlen_q != seqlen_kv || heads_q != heads_kv))
         errors.push_back("the packed QKV layout needs seqlen_q == seqlen_kv and heads == KV heads");
+    if (layout == Layout::packed && static_cast<double>(batch) * std::max(seqlen_q, seqlen_kv) > INT32_MAX)
+        errors.push_back("the packed layout's tokens (batch x seqlen) must fit int32 cu_seqlens");
 
     // Every element offset must fit in 63 bits (kernels index with int64).
     const double largest = static_cast<double>(batch) * std::max(seqlen_q, seqlen_kv) *
@@ -110,9 +113,11 @@ PagedKvShape paged_kv_shape(const Problem& p) {
 }
 
 BufferSizes buffer_sizes(const Problem& p) {
-    const int64_t q = int64_t(p.batch) * p.heads_q * p.seqlen_q * p.head_dim;
-    const int64_t kv = p.paged() ? paged_kv_shape(p).pages * p.page_size * p.heads_kv * p.head_dim
-                                 : int64_t(p.batch) * p.heads_kv * p.seqlen_kv * p.head_dim;
+    const bool packed = p.layout == Layout::packed;
+    const int64_t q = (packed ? p.total_q : int64_t(p.batch) * p.seqlen_q) * p.heads_q * p.head_dim;
+    const int64_t kv = p.paged()  ? paged_kv_shape(p).pages * p.page_size * p.heads_kv * p.head_dim
+                       : packed ? p.total_kv * p.heads_kv * p.head_dim
+                                : int64_t(p.batch) * p.heads_kv * p.seqlen_kv * p.head_dim;
     if (p.layout == Layout::qkv_packed) return {3 * q, 0, 0, q};
     return {q, kv, kv, q};
 }
@@ -137,6 +142,10 @@ LayoutStrides layout_strides(const Problem& p) {
             s.v_offset = 2 * p.heads_q * d;
             s.o = {p.seqlen_q * p.heads_q * d, d, p.heads_q * d};
             break;
+        case Layout::packed:  // sequences start cu_seqlens rows in: the batch stride is the row stride
+            s.q = s.o = {p.heads_q * d, d, p.heads_q * d};
+            s.k = s.v = {p.heads_kv * d, d, p.heads_kv * d};
+            break;
     }
     if (p.paged()) s.k = s.v = {p.page_size * p.heads_kv * d, d, p.heads_kv * d};  // [pages, page_size, h_kv, d]
     return s;
@@ -159,6 +168,8 @@ FwdParams shape_params(const Problem& p) {
     params.window = p.effective_window();
     params.softcap = p.softcap;
     params.page_size = p.page_size;
+    params.total_q = int(p.total_q);
+    params.total_kv = int(p.total_kv);
     params.max_pages_per_seq = paged_kv_shape(p).max_pages_per_seq;
     return params;
 }

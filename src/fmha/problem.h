@@ -15,6 +15,8 @@ enum class Layout {
     bhsd,        // Q [b, h, s, d], K/V [b, h_kv, s_kv, d]: the seed's layout (default)
     bshd,        // token-major: Q [b, s, h, d], K/V [b, s_kv, h_kv, d]
     qkv_packed,  // FMHA_v2's packed QKV [b, s, 3, h, d]; O [b, s, h, d]
+    packed,      // packed variable-length tokens (FlashAttention's varlen): Q [total_q, h, d],
+                 // K/V [total_kv, h_kv, d], sequence b at rows cu_seqlens[b] (FwdParams)
 };
 const char* layout_token(Layout layout);
 bool parse_layout(const std::string& text, Layout* layout);
@@ -37,6 +39,8 @@ struct Problem {
     float softcap = 0.f;
     bool alibi = false;
     int page_size = 0;
+    // The packed layout's token counts (sums of the sequences' lengths; set once they are drawn).
+    int64_t total_q = 0, total_kv = 0;
 
     HeadsKind heads_kind() const;
     bool paged() const { return page_size > 0; }

@@ -23,12 +23,15 @@
 namespace fmha {
 namespace mmaprefill {
 
-// What this family needs beyond the kernel's tuple: a scale it takes (mmaprefill/limits.h), a
-// tile count the 1-D grid holds, and none of the run-time options (softcapping, ALiBi, paged
-// KV), which its main loops do not apply yet.
+// What this family needs beyond the kernel's tuple: a scale it takes and no run-time option it
+// declines (mmaprefill/limits.h), and a tile count the 1-D grid holds.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    return params_match<Config>(p) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && !has_run_time_options(p);
+    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr || p.page_size != 0,
+                                 p.cu_seqlens_q != nullptr || p.cu_seqlens_kv != nullptr};
+    const bool packed_alike = (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);  // Q and K/V
+    return params_match<Config>(p) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
+           !declined_option(matrix_core(Config::arch) == MatrixCore::wgmma, options);
 }
 
 // How a launch's tiles are divided, in words, for describe(): the tiles, GQA packing, and the
@@ -36,6 +39,7 @@ bool supports(const FwdParams& p, const PrefillTiling& tiling) {
 inline std::string describe_tiles(const PrefillTiling& t, int block_rows, unsigned blocks) {
     std::string text = std::to_string(t.tiles) + " tiles of " + std::to_string(block_rows) + " query rows on " +
                        std::to_string(blocks) + " blocks";
+    if (t.packed) text += " (packed: " + std::to_string(t.query_blocks) + " query blocks over the batch's sequences)";
     if (t.heads_per_tile > 1)
         text += " (" + std::to_string(t.heads_per_tile) + " heads of a GQA group x " + std::to_string(t.rows_per_head) +
                 " positions, sharing each K/V tile)";
@@ -52,21 +56,27 @@ inline std::string describe_order(const PrefillTiling& t) {
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
 
-template <class Config, bool kShortKeys>
-using Traits = WgmmaTraits<Config, kShortKeys>;
+template <class Config, bool kShortKeys, bool kServing>
+using Traits = WgmmaTraits<Config, kShortKeys, kServing>;
 
 // Key ranges up to this many keys take the tile table's short-keys shapes; beyond, those are
 // level or slower (docs/mmaprefill.md).
 inline constexpr int kShortKeysMax = 2048;
 
-// Calls fn(Traits{}) with the tile shape the launch takes: the table's short-keys one where the
-// key range is short and the table has a distinct one (otherwise no kernel is built for it).
+// Calls fn(Traits{}) with the kernel the launch takes: the serving one where it asks for a
+// serving option (packed, softcapping, ALiBi), and the table's short-keys tile shape where the key
+// range is short and the table has a distinct one (otherwise no kernel is built for it).
+template <class Config, bool kServing, class Fn>
+auto with_shape(const FwdParams& p, Fn&& fn) {
+    if constexpr (!(Traits<Config, true, kServing>::kShape == Traits<Config, false, kServing>::kShape)) {
+        if (p.seqlen_kv <= kShortKeysMax) return fn(Traits<Config, true, kServing>{});
+    }
+    return fn(Traits<Config, false, kServing>{});
+}
 template <class Config, class Fn>
 auto with_traits(const FwdParams& p, Fn&& fn) {
-    if constexpr (!(Traits<Config, true>::kShape == Traits<Config, false>::kShape)) {
-        if (p.seqlen_kv <= kShortKeysMax) return fn(Traits<Config, true>{});
-    }
-    return fn(Traits<Config, false>{});
+    if (has_run_time_options(p)) return with_shape<Config, true>(p, fn);
+    return with_shape<Config, false>(p, fn);
 }
 
 // The grid. Launches whose rows see few key tiles (short sequences) are persistent, one block
@@ -94,17 +104,22 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
         const PrefillTiling tiling = tiling_of<Config>(p, traits);
         if (!supports<Config>(p, tiling)) return hipErrorInvalidValue;
         const bool bf16 = Config::dtype == DType::bf16;
+        // Packed tensors are one batch of all their rows (TileWork's coordinates); the driver
+        // takes a batch stride past the rows.
+        auto map = [&](CUtensorMap* m, const void* base, TensorStrides s, const int* cu_seqlens, int total, int heads,
+                       int rows, int box_rows, int box_heads) {
+            if (cu_seqlens) s.batch = int64_t(total) * s.row;
+            return hopper::encode_tensor_map(m, bf16, base, s, cu_seqlens ? 1 : p.batch, heads, cu_seqlens ? total : rows,
+                                             T::kHeadDim, box_rows, box_heads);
+        };
         TensorMaps maps;
-        if (!hopper::encode_tensor_map(&maps.q, bf16, p.q, p.q_strides, p.batch, p.heads_q, p.seqlen_q, T::kHeadDim,
-                                       tiling.rows_per_head, tiling.heads_per_tile) ||
-            !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
-                                       T::kBlockKeys, 1) ||
-            !hopper::encode_tensor_map(&maps.v, bf16, p.v, p.v_strides, p.batch, p.heads_kv, p.seqlen_kv, T::kHeadDim,
-                                       T::kBlockKeys, 1) ||
-            !hopper::encode_tensor_map(&maps.o, bf16, p.o, p.o_strides, p.batch, p.heads_q, p.seqlen_q, T::kHeadDim,
-                                       wgmma::kRows, 1))
+        if (!map(&maps.q, p.q, p.q_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, tiling.rows_per_head,
+                 tiling.heads_per_tile) ||
+            !map(&maps.k, p.k, p.k_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1) ||
+            !map(&maps.v, p.v, p.v_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1) ||
+            !map(&maps.o, p.o, p.o_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, wgmma::kRows, 1))
             return hipErrorInvalidValue;
-        auto* const kernel = &wgmma_kernel<Config, T::kShortKeys>;
+        auto* const kernel = &wgmma_kernel<Config, T::kShortKeys, T::kServing>;
         static const hipError_t attribute =
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
         if (attribute != hipSuccess) return attribute;
@@ -124,7 +139,8 @@ std::string describe(const FwdParams& p) {
         return describe_tiles(t, T::kBlockRows, launch_blocks(t, multiprocessor_count())) + "; 1 TMA producer + " +
                std::to_string(T::kConsumers) + " wgmma consumer warpgroups of 64 rows; keys in tiles of " +
                std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) +
-               "-stage shared-memory ring" + describe_order(t);
+               "-stage shared-memory ring" + describe_order(t) +
+               (T::kServing ? "; the kernel with the serving options (packed batches, softcapping, ALiBi)" : "");
     });
 }
 

@@ -86,6 +86,10 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
     const int q_tiles = (p.seqlen_q + T::kBlockRows - 1) / T::kBlockRows;
     // work_items(), from p's fields: passing the kernel argument by reference costs scratch on AMD.
     const int64_t items = int64_t(p.batch) * p.heads_q * q_tiles;
+    // Packed batches take the options variant (has_run_time_options): the plain one's code is
+    // that of padded batches.
+    const int* const cu_seqlens_q = packed_only<kOptions>(p.cu_seqlens_q);
+    const int* const cu_seqlens_kv = packed_only<kOptions>(p.cu_seqlens_kv);
 
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
         // q tiles fastest, then heads: neighbouring blocks share K/V in L2 (GQA groups too).
@@ -93,15 +97,16 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
         const int q0 = int(item % q_tiles) * T::kBlockRows;
         const int head = int((item / q_tiles) % p.heads_q);
         const int64_t batch = item / q_tiles / p.heads_q;
-        const int len_q = sequence_length(p.seqlens_q, batch, p.seqlen_q);
-        const int len_kv = sequence_length(p.seqlens_kv, batch, p.seqlen_kv);
+        const int len_q = sequence_length(p.seqlens_q, cu_seqlens_q, batch, p.seqlen_q);
+        const int len_kv = sequence_length(p.seqlens_kv, cu_seqlens_kv, batch, p.seqlen_kv);
         if (q0 >= len_q) continue;  // uniform over the block
         const int head_kv = kv_head_of<Config::heads>(head, p.heads_q, p.heads_kv);
-        const auto* q = static_cast<const uint16_t*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head;
+        const auto* q = row_start(static_cast<const uint16_t*>(p.q), p.q_strides, cu_seqlens_q, batch, head, 0);
         // K and V rows: a stride apart, or through the block table of a paged cache.
-        const auto k = KvRows<kOptions>::of(p.k, p.k_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
-        const auto v = KvRows<kOptions>::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, batch, head_kv);
-        auto* o = static_cast<uint16_t*>(p.o) + batch * p.o_strides.batch + head * p.o_strides.head;
+        const auto k = KvRows<kOptions>::of(p.k, p.k_strides, cu_seqlens_kv, p.block_table, p.max_pages_per_seq,
+                                            p.page_size, batch, head_kv);
+        const auto v = KvRows<kOptions>::of(p.v, p.v_strides, cu_seqlens_kv, p.block_table, p.max_pages_per_seq,
+                                            p.page_size, batch, head_kv);
 
         // Keys any row of this tile sees.
         const KeyMask<kCausal> mask = KeyMask<kCausal>::of(len_q, len_kv, p.window);
@@ -204,7 +209,9 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
             }
         }
 
-        // Normalise and store; a row that saw no key at all is written as zeros.
+        // Normalise and store; a row that saw no key at all is written as zeros. (O's place is
+        // found here: held through the key loop, it cost a packed batch's sequence offset spills.)
+        auto* o = row_start(static_cast<uint16_t*>(p.o), p.o_strides, cu_seqlens_q, batch, head, 0);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const int row = q0 + group_row0 + r;
@@ -216,7 +223,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
                     const int col = lane + c * T::kGroupWidth;
                     if (col < T::kHeadDim) o[row * p.o_strides.row + col] = Numeric::pack(acc[r][c] * inv);
                 }
-                if (lane == 0) store_lse(p, batch, head, row, row_max[r], total);
+                if (lane == 0) store_lse<kOptions>(p, batch, head, row, row_max[r], total);
             }
         }
     }

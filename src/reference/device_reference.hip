@@ -38,7 +38,15 @@ __device__ inline float load(const void* base, int64_t index) {
     return DTypeTraits<kDType>::unpack1(static_cast<const uint16_t*>(base)[index]);
 }
 
-__device__ inline int length_of(const int* lengths, int64_t batch, int fixed) { return lengths ? lengths[batch] : fixed; }
+// Sequence b's length: lengths[b], else its span in a packed batch, else the fixed one.
+__host__ __device__ inline int length_of(const int* lengths, const int* cu_seqlens, int64_t batch, int fixed) {
+    return lengths ? lengths[batch] : cu_seqlens ? cu_seqlens[batch + 1] - cu_seqlens[batch] : fixed;
+}
+// Element offset of sequence b's row `row` (head 0): packed at row cu_seqlens[b] + row, else b
+// batch strides in (FwdParams: a packed tensor's batch stride is its row stride, not read here).
+__device__ inline int64_t row_offset(const TensorStrides& s, const int* cu_seqlens, int64_t b, int64_t row) {
+    return cu_seqlens ? (cu_seqlens[b] + row) * s.row : b * s.batch + row * s.row;
+}
 
 // One thread per query row: pass 1 finds the row maximum, pass 2 accumulates exp-weighted V
 // in column chunks (recomputing the scores per chunk keeps per-thread state small). Scores
@@ -53,7 +61,8 @@ __global__ void reference_kernel(const FwdParams p, bool causal, float* out, flo
         const int h = int(row / p.seqlen_q % p.heads_q);
         const int64_t b = row / p.seqlen_q / p.heads_q;
         float* o = out + row * p.head_dim;
-        const int len_q = length_of(p.seqlens_q, b, p.seqlen_q), len_kv = length_of(p.seqlens_kv, b, p.seqlen_kv);
+        const int len_q = length_of(p.seqlens_q, p.cu_seqlens_q, b, p.seqlen_q);
+        const int len_kv = length_of(p.seqlens_kv, p.cu_seqlens_kv, b, p.seqlen_kv);
         int first = 0, last = len_kv - 1;
         if (causal) {
             const int diagonal = i + len_kv - len_q;
@@ -66,10 +75,10 @@ __global__ void reference_kernel(const FwdParams p, bool causal, float* out, flo
             continue;
         }
         const int hk = h / (p.heads_q / p.heads_kv);
-        const int64_t q_row = b * p.q_strides.batch + h * p.q_strides.head + i * p.q_strides.row;
+        const int64_t q_row = row_offset(p.q_strides, p.cu_seqlens_q, b, i) + h * p.q_strides.head;
         // Element offset of key j's row in K or V: by the strides, or through the block table.
         auto kv_row = [&](const TensorStrides& s, int j) {
-            if (!p.block_table) return b * s.batch + hk * s.head + j * s.row;
+            if (!p.block_table) return row_offset(s, p.cu_seqlens_kv, b, j) + hk * s.head;
             const int page = p.block_table[b * p.max_pages_per_seq + j / p.page_size];
             return int64_t(page) * s.batch + hk * s.head + int64_t(j % p.page_size) * s.row;
         };
@@ -115,8 +124,8 @@ __global__ void compare_kernel(const FwdParams p, const float* ref, Tolerance to
         const int i = int(idx / p.head_dim % p.seqlen_q);
         const int h = int(idx / p.head_dim / p.seqlen_q % p.heads_q);
         const int64_t b = idx / p.head_dim / p.seqlen_q / p.heads_q;
-        if (i >= length_of(p.seqlens_q, b, p.seqlen_q)) continue;
-        const float out = load<kDType>(p.o, b * p.o_strides.batch + h * p.o_strides.head + i * p.o_strides.row + c);
+        if (i >= length_of(p.seqlens_q, p.cu_seqlens_q, b, p.seqlen_q)) continue;
+        const float out = load<kDType>(p.o, row_offset(p.o_strides, p.cu_seqlens_q, b, i) + h * p.o_strides.head + c);
         const float expected = ref[idx];
         const float err = fabsf(out - expected);
         if (!isfinite(out)) {
@@ -200,6 +209,30 @@ Tolerance default_tolerance(DType dtype) {
     return dtype == DType::fp16 ? Tolerance{1e-3f, 1e-3f, 1e-3f} : Tolerance{8e-3f, 8e-3f, 8e-3f};
 }
 
+namespace {
+
+// The query lengths of a batch with per-sequence ones, on the host (empty where they are fixed),
+// and a packed batch's cu_seqlens_q (where asked).
+hipError_t query_lengths(const FwdParams& p, std::vector<int>* lengths, std::vector<int>* cu_seqlens = nullptr) {
+    lengths->clear();
+    std::vector<int> sums;
+    hipError_t err = hipSuccess;
+    if (p.cu_seqlens_q) {
+        sums.resize(p.batch + 1);
+        err = hipMemcpy(sums.data(), p.cu_seqlens_q, sums.size() * sizeof(int), hipMemcpyDeviceToHost);
+    }
+    if (err == hipSuccess && p.seqlens_q) {
+        lengths->resize(p.batch);
+        err = hipMemcpy(lengths->data(), p.seqlens_q, lengths->size() * sizeof(int), hipMemcpyDeviceToHost);
+    } else if (err == hipSuccess && p.cu_seqlens_q) {
+        for (int b = 0; b < p.batch; ++b) lengths->push_back(length_of(nullptr, sums.data(), b, p.seqlen_q));
+    }
+    if (cu_seqlens) *cu_seqlens = std::move(sums);
+    return err;
+}
+
+}  // namespace
+
 hipError_t compare_with_reference(const FwdParams& params, DType dtype, const float* reference,
                                   const Tolerance& tol, CompareResult* result) {
     const int64_t count = int64_t(params.batch) * params.heads_q * params.seqlen_q * params.head_dim;
@@ -231,10 +264,9 @@ hipError_t compare_with_reference(const FwdParams& params, DType dtype, const fl
     }
     // Elements inside their sequence: recount on the host from the lengths rule.
     result->checked = count;
-    if (params.seqlens_q) {
-        std::vector<int> lengths(params.batch);
-        err = hipMemcpy(lengths.data(), params.seqlens_q, lengths.size() * sizeof(int), hipMemcpyDeviceToHost);
-        if (err != hipSuccess) return err;
+    std::vector<int> lengths;
+    if ((err = query_lengths(params, &lengths)) != hipSuccess) return err;
+    if (!lengths.empty()) {
         result->checked = 0;
         for (int len : lengths) result->checked += int64_t(len) * params.heads_q * params.head_dim;
     }
@@ -249,21 +281,24 @@ hipError_t compare_lse_with_reference(const FwdParams& params, const float* refe
                                       CompareResult* result) {
     const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
     std::vector<float> out(rows), ref(rows);
-    std::vector<int> lengths(params.seqlens_q ? params.batch : 0);
+    std::vector<int> lengths, cu_seqlens;
     hipError_t err = hipMemcpy(out.data(), params.lse, rows * sizeof(float), hipMemcpyDeviceToHost);
     if (err == hipSuccess) err = hipMemcpy(ref.data(), reference_lse, rows * sizeof(float), hipMemcpyDeviceToHost);
-    if (err == hipSuccess && params.seqlens_q)
-        err = hipMemcpy(lengths.data(), params.seqlens_q, lengths.size() * sizeof(int), hipMemcpyDeviceToHost);
+    if (err == hipSuccess) err = query_lengths(params, &lengths, &cu_seqlens);
     if (err != hipSuccess) return err;
+    // The kernel's LSE of logical row (b, h, i): [heads_q, total_q] where Q is packed.
+    auto kernel_lse = [&](int64_t b, int64_t h, int64_t i) {
+        return cu_seqlens.empty() ? out[(b * params.heads_q + h) * params.seqlen_q + i] : out[h * params.total_q + cu_seqlens[b] + i];
+    };
 
     *result = CompareResult{};
     result->row_elements = 1;
     double err_sq = 0, ref_sq = 0;
     for (int64_t row = 0; row < rows; ++row) {
-        const int64_t b = row / params.seqlen_q / params.heads_q;
-        if (row % params.seqlen_q >= (params.seqlens_q ? lengths[b] : params.seqlen_q)) continue;
+        const int64_t b = row / params.seqlen_q / params.heads_q, i = row % params.seqlen_q;
+        if (i >= (lengths.empty() ? params.seqlen_q : lengths[b])) continue;
         ++result->checked;
-        const float x = out[row], expected = ref[row];
+        const float x = kernel_lse(b, row / params.seqlen_q % params.heads_q, i), expected = ref[row];
         if (x == expected) continue;  // -inf matches -inf
         const float diff = std::fabs(x - expected);
         if (!std::isfinite(x) || !std::isfinite(expected)) {

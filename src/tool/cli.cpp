@@ -109,7 +109,7 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
                                         value + "'");
         } else if (flag == "-layout") {
             if (!parse_layout(value, &p.layout))
-                parsed.errors.push_back("flag -layout expects bhsd, bshd or qkv-packed, got '" + value + "'");
+                parsed.errors.push_back("flag -layout expects bhsd, bshd, qkv-packed or packed, got '" + value + "'");
         } else if (flag == "-kernel") {
             o.kernel = value;
         } else if (flag == "-save-tensors") {
@@ -163,7 +163,9 @@ Problem (defaults in brackets):
                           diagonal (implies -causal-mask)
   -scale-bmm1 X           softmax scale, a finite non-zero fp32 number [1/sqrt(d) when left out]
   -layout L               bhsd: Q [b,h,s,d], K/V [b,h_kv,s_kv,d] (default); bshd: token-major
-                          [b,s,h,d]; qkv-packed: one [b,s,3,h,d] buffer (needs s-q = s, no GQA)
+                          [b,s,h,d]; qkv-packed: one [b,s,3,h,d] buffer (needs s-q = s, no GQA);
+                          packed: variable-length tokens as FlashAttention's varlen, Q [total_q,h,d],
+                          K/V [total_kv,h_kv,d], sequences at cu_seqlens (lengths as -min-s draws)
   -softcapping-scale-bmm1 X  logit softcapping: scores = X * tanh(scores / X) before the softmax
                           (scores already scaled by -scale-bmm1) [0: off]
   -alibi                  ALiBi with the standard slopes of -h heads (2^(-8h/n), ...): after any

@@ -85,12 +85,23 @@ std::vector<float> TensorSet::copy_lse() const {
     return host;
 }
 
+std::vector<int> cumulative(const std::vector<int>& lengths) {
+    std::vector<int> sums(lengths.size() + 1, 0);
+    std::partial_sum(lengths.begin(), lengths.end(), sums.begin() + 1);
+    return sums;
+}
+
 DeviceLengths::DeviceLengths(const SeqLens& lens)
-    : batch_(static_cast<int>(lens.kv.size())), host_(lens), buffer_(2 * sizeof(int) * lens.kv.size()) {
+    : batch_(static_cast<int>(lens.kv.size())), host_(lens),
+      buffer_(lens.kv.empty() ? 0 : sizeof(int) * (4 * lens.kv.size() + 2)) {
     if (lens.kv.empty()) return;
-    std::vector<int> both(lens.q);
-    both.insert(both.end(), lens.kv.begin(), lens.kv.end());
-    check(hipMemcpy(buffer_.get(), both.data(), buffer_.bytes(), hipMemcpyHostToDevice), "copying lengths");
+    std::vector<int> all(lens.q);
+    all.insert(all.end(), lens.kv.begin(), lens.kv.end());
+    for (const std::vector<int>* l : {&lens.q, &lens.kv}) {
+        const std::vector<int> sums = cumulative(*l);
+        all.insert(all.end(), sums.begin(), sums.end());
+    }
+    check(hipMemcpy(buffer_.get(), all.data(), buffer_.bytes(), hipMemcpyHostToDevice), "copying lengths");
 }
 
 void TensorSet::prepare_for(const KernelEntry& kernel) {
@@ -101,8 +112,11 @@ void TensorSet::prepare_for(const KernelEntry& kernel) {
 }
 
 void TensorSet::set_lengths(const DeviceLengths& lengths) {
-    params.seqlens_q = lengths.q();
-    params.seqlens_kv = lengths.kv();
+    const bool packed = problem.layout == Layout::packed;
+    params.seqlens_q = packed ? nullptr : lengths.q();
+    params.seqlens_kv = packed && !problem.paged() ? nullptr : lengths.kv();
+    params.cu_seqlens_q = packed ? lengths.cu_q() : nullptr;
+    params.cu_seqlens_kv = packed && !problem.paged() ? lengths.cu_kv() : nullptr;
     if (!problem.paged() || lengths.host().kv.empty() || host_block_table.empty()) return;
     const int width = params.max_pages_per_seq;
     for (int b = 0; b < problem.batch; ++b) {

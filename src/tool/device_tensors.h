@@ -38,19 +38,25 @@ class DeviceBuffer {
     size_t bytes_;
 };
 
-// Per-sequence lengths (SeqLens) on the device; null pointers when the lengths are fixed.
+// Per-sequence lengths (SeqLens) on the device, and their cumulative sums (a packed batch's
+// cu_seqlens, int32 [batch + 1]); null pointers when the lengths are fixed.
 class DeviceLengths {
   public:
     explicit DeviceLengths(const SeqLens& lens);
     const int* q() const { return buffer_.get<int>(); }
     const int* kv() const { return q() ? q() + batch_ : nullptr; }
+    const int* cu_q() const { return q() ? q() + 2 * batch_ : nullptr; }
+    const int* cu_kv() const { return q() ? q() + 3 * batch_ + 1 : nullptr; }
     const SeqLens& host() const { return host_; }
 
   private:
     int batch_;
     SeqLens host_;
-    DeviceBuffer buffer_;  // [q lengths..., kv lengths...]
+    DeviceBuffer buffer_;  // [q lengths..., kv lengths..., cu_seqlens_q..., cu_seqlens_kv...]
 };
+
+// The cumulative sums of lengths: [0, l0, l0 + l1, ...].
+std::vector<int> cumulative(const std::vector<int>& lengths);
 
 struct TensorSet {
     explicit TensorSet(const Problem& p);
@@ -59,7 +65,8 @@ struct TensorSet {
     // and the spare page NaN.
     void fill(const Problem& p, uint64_t seed, float q_range = 1.f);
     void poison_output();  // every element of O (and of the log-sum-exps, if requested) NaN
-    // Paged: the table's slots past each sequence's pages point at the NaN spare page.
+    // Paged: the table's slots past each sequence's pages point at the NaN spare page. Packed:
+    // the sequences' places (cu_seqlens; a paged cache's keys by their lengths).
     void set_lengths(const DeviceLengths& lengths);
     // Allocates the workspace the kernel asks for with these params (call after set_lengths).
     void prepare_for(const KernelEntry& kernel);

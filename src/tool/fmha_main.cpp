@@ -87,12 +87,14 @@ int report_no_kernel(const Problem& p, const std::string& reason, std::optional<
     return kBadInput;
 }
 
+// Per-sequence lengths with -min-s; the packed layout always has them (all full length without it).
 SeqLens draw_lengths(const Options& o) {
     SeqLens lens;
     const Problem& p = o.problem;
-    if (o.min_seqlen == 0) return lens;
+    const int shortest = o.min_seqlen ? o.min_seqlen : p.layout == Layout::packed ? p.seqlen_kv : 0;
+    if (shortest == 0) return lens;
     std::mt19937_64 rng(o.seed);
-    std::uniform_int_distribution<int> length(o.min_seqlen, p.seqlen_kv);
+    std::uniform_int_distribution<int> length(shortest, p.seqlen_kv);
     for (int b = 0; b < p.batch; ++b) {
         const int kv = length(rng);
         lens.kv.push_back(kv);
@@ -101,10 +103,11 @@ SeqLens draw_lengths(const Options& o) {
     return lens;
 }
 
-// The reference's outputs on the device: O and, where the run asks for them, the log-sum-exps.
+// The reference's outputs on the device, in logical [batch, heads_q, seqlen_q] rows of head_dim:
+// O and, where the run asks for them, the log-sum-exps.
 struct Reference {
-    Reference(const BufferSizes& sizes, int64_t rows, bool lse)
-        : o(4 * sizes.o), lse(lse ? std::make_unique<DeviceBuffer>(4 * rows) : nullptr) {}
+    Reference(int64_t rows, int head_dim, bool lse)
+        : o(4 * rows * head_dim), lse(lse ? std::make_unique<DeviceBuffer>(4 * rows) : nullptr) {}
     DeviceBuffer o;
     std::unique_ptr<DeviceBuffer> lse;
 };
@@ -118,7 +121,7 @@ void write_floats(const std::string& path, const std::vector<int64_t>& shape, co
 
 void save_tensors(const Options& o, const TensorSet& set, const Reference* reference,
                   const SeqLens& lens, const std::string& kernel) {
-    const Problem& p = o.problem;
+    const Problem& p = set.problem;
     mkdir(o.save_dir.c_str(), 0755);
     std::string error;
     auto save_shaped = [&](const char* name, std::vector<uint16_t> bits, const std::vector<int64_t>& shape) {
@@ -136,9 +139,32 @@ void save_tensors(const Options& o, const TensorSet& set, const Reference* refer
         save_shaped(name, std::move(bits), {p.batch, heads, seq, p.head_dim});
     };
     const FwdParams& f = set.params;
-    save("q", copy_logical(f.q, f.q_strides, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
-    save("k", set.logical_k(), p.heads_kv, p.seqlen_kv);
-    save("v", set.logical_v(), p.heads_kv, p.seqlen_kv);
+    const bool packed = p.layout == Layout::packed;
+    // Packed: the tensors as the kernel read them, [tokens, heads, head_dim], and cu_seqlens.
+    auto save_packed = [&](const char* name, const void* base, int64_t tokens, int heads) {
+        std::vector<uint16_t> bits(tokens * heads * p.head_dim);
+        check(hipMemcpy(bits.data(), base, bits.size() * 2, hipMemcpyDeviceToHost), "copying packed tokens");
+        save_shaped(name, std::move(bits), {tokens, heads, p.head_dim});
+    };
+    auto save_ints = [&](const char* name, const std::vector<int>& values) {
+        if (!write_npy(o.save_dir + "/" + name + ".npy", "<i4", {int64_t(values.size())}, values.data(), values.size() * 4, &error))
+            throw EnvironmentError(error);
+    };
+    if (packed) {
+        save_packed("q", f.q, p.total_q, p.heads_q);
+        if (!p.paged()) {
+            save_packed("k", f.k, p.total_kv, p.heads_kv);
+            save_packed("v", f.v, p.total_kv, p.heads_kv);
+        }
+        save_ints("cu_seqlens_q", cumulative(lens.q));
+        save_ints("cu_seqlens_k", cumulative(lens.kv));
+    } else {
+        save("q", copy_logical(f.q, f.q_strides, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
+    }
+    if (!packed || p.paged()) {
+        save("k", set.logical_k(), p.heads_kv, p.seqlen_kv);
+        save("v", set.logical_v(), p.heads_kv, p.seqlen_kv);
+    }
     if (p.paged()) {  // the pools as the kernel read them, and the table to follow
         const int64_t pages = paged_kv_shape(p).pages;
         const std::vector<int64_t> pool_shape = {pages, p.page_size, p.heads_kv, p.head_dim};
@@ -158,13 +184,21 @@ void save_tensors(const Options& o, const TensorSet& set, const Reference* refer
         if (!write_npy(o.save_dir + "/alibi_slopes.npy", "<f4", {p.heads_q}, slopes.data(), slopes.size() * 4, &error))
             throw EnvironmentError(error);
     }
-    save("o", copy_logical(f.o, f.o_strides, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
+    if (packed)
+        save_packed("o", f.o, p.total_q, p.heads_q);
+    else
+        save("o", copy_logical(f.o, f.o_strides, p.batch, p.heads_q, p.seqlen_q, p.head_dim), p.heads_q, p.seqlen_q);
     const std::vector<int64_t> rows = {p.batch, p.heads_q, p.seqlen_q};
     const size_t row_count = size_t(p.batch) * p.heads_q * p.seqlen_q;
-    if (set.lse) write_floats(o.save_dir + "/lse.npy", rows, set.lse->get(), row_count);
+    if (set.lse) {
+        if (packed)
+            write_floats(o.save_dir + "/lse.npy", {p.heads_q, p.total_q}, set.lse->get(), size_t(p.heads_q) * p.total_q);
+        else
+            write_floats(o.save_dir + "/lse.npy", rows, set.lse->get(), row_count);
+    }
     if (reference) {
         write_floats(o.save_dir + "/reference.npy", {p.batch, p.heads_q, p.seqlen_q, p.head_dim}, reference->o.get(),
-                     set.sizes.o);
+                     row_count * p.head_dim);
         if (reference->lse) write_floats(o.save_dir + "/reference_lse.npy", rows, reference->lse->get(), row_count);
     }
     auto list = [](const std::vector<int>& v) {
@@ -175,7 +209,7 @@ void save_tensors(const Options& o, const TensorSet& set, const Reference* refer
     std::ofstream meta(o.save_dir + "/meta.json");
     meta << "{\n  \"kernel\": \"" << kernel << "\",\n  \"dtype\": \"" << token(p.dtype) << "\",\n"
          << "  \"stored_as\": \"" << (p.dtype == DType::fp16 ? "float16" : "float32 (exact widening of bf16)") << "\",\n"
-         << "  \"logical_layout\": \"[batch, heads, seq, head_dim]\",\n  \"run_layout\": \"" << layout_token(p.layout) << "\",\n"
+         << "  \"logical_layout\": \"" << (packed ? "q, k, v, o: [tokens, heads, head_dim], sequence b at rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1; lse [heads, tokens]; reference: [batch, heads, seq, head_dim]" : "[batch, heads, seq, head_dim]") << "\",\n  \"run_layout\": \"" << layout_token(p.layout) << "\",\n"
          << "  \"batch\": " << p.batch << ", \"heads_q\": " << p.heads_q << ", \"heads_kv\": " << p.heads_kv << ",\n"
          << "  \"seqlen_q\": " << p.seqlen_q << ", \"seqlen_kv\": " << p.seqlen_kv << ", \"head_dim\": " << p.head_dim << ",\n"
          << "  \"scale\": " << p.softmax_scale() << ",\n  \"causal\": " << (p.causal ? "true" : "false")
@@ -245,7 +279,7 @@ double time_runs(const Options& o, const KernelEntry& kernel, const std::vector<
 }
 
 int run(const Options& o) {
-    const Problem& p = o.problem;
+    Problem p = o.problem;
     if (const auto errors = p.validate(); !errors.empty()) {
         for (const std::string& e : errors) fprintf(stderr, "fmha.exe: %s\n", e.c_str());
         return kBadInput;
@@ -281,12 +315,16 @@ int run(const Options& o) {
     const std::string name = kernel->name;
 
     const SeqLens lens = draw_lengths(o);
+    if (p.layout == Layout::packed) {
+        p.total_q = cumulative(lens.q).back();
+        p.total_kv = cumulative(lens.kv).back();
+    }
     const BufferSizes sizes = buffer_sizes(p);
     const double set_bytes = 2.0 * (sizes.q + sizes.k + sizes.v + sizes.o);
     // Rotate over input sets when one fits in L2 several times, so timing reads memory, not cache.
     const int sets = set_bytes < 4.0 * device.l2_bytes ? int(std::min(16.0, std::ceil(4.0 * device.l2_bytes / set_bytes))) : 1;
     const double rows = double(p.batch) * p.heads_q * p.seqlen_q, lse_bytes = o.lse ? 4.0 * rows : 0;
-    const double reference_bytes = o.skip_checks ? 0 : 4.0 * sizes.o + lse_bytes;
+    const double reference_bytes = o.skip_checks ? 0 : 4.0 * rows * p.head_dim + lse_bytes;
     const double workspace_bytes = double(kernel->workspace(shape_params(p)));  // for the estimate
     const double needed = sets * (set_bytes + workspace_bytes + lse_bytes) + reference_bytes + 8.0 * p.batch;
     if (needed > 0.95 * device.free_bytes) {
@@ -324,7 +362,7 @@ int run(const Options& o) {
     float reference_ms = 0;
     std::unique_ptr<Reference> reference;
     if (!o.skip_checks) {
-        reference = std::make_unique<Reference>(sizes, int64_t(rows), o.lse);
+        reference = std::make_unique<Reference>(int64_t(rows), p.head_dim, o.lse);
         if (!check_against_reference(p, checked, *reference, &reference_ms)) exit_code = kChecksFailed;
     }
     if (!o.save_dir.empty()) {

@@ -1,8 +1,9 @@
 // The CDNA main loop of mmaprefill (kernels/mmaprefill/mfma_kernel.h, as the AMD build compiles
 // it) run on the host through the HIP subset of hip/hip_runtime.h beside this file, against a
 // reference in double precision from the same 16-bit inputs: the shape classes of the GPU tests
-// (odd lengths, windows, packed GQA heads, MQA, variable lengths, both layouts, rows that see no
-// key, LSE, fewer blocks than tiles), each head-dim class and each arch's bf16 instruction.
+// (odd lengths, windows, packed GQA heads, MQA, variable lengths, both layouts and packed
+// variable-length batches, rows that see no key, LSE, fewer blocks than tiles), each head-dim
+// class and each arch's bf16 instruction.
 // Where no AMD GPU is at hand this is the loop's only run: fmha_test.py builds and runs it with
 // Clang 15 or later where one is installed; by hand, from the repository root after `make`:
 //   clang++-15 -std=c++20 -O1 -Wno-psabi -pthread -I tests/emulation -I src -I generated \
@@ -26,7 +27,7 @@ float from16(uint16_t v) { return DTypeTraits<kDType>::unpack1(v); }
 struct Case {
     int batch, hq, hkv, sq, skv, window;
     bool varlen, lse;
-    int layout;  // 0: [batch, heads, seq, d]; 1: [batch, seq, heads, d]
+    int layout;  // 0: [batch, heads, seq, d]; 1: [batch, seq, heads, d]; 2: packed [tokens, heads, d] (varlen)
     int blocks;  // the grid (blocks take tiles in rounds)
 };
 
@@ -37,25 +38,34 @@ bool run(const Case& c, unsigned seed) {
     const int d = Config::head_dim;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const bool packed = c.layout == 2;  // FwdParams: a packed tensor's batch stride is its row stride
     auto strides = [&](int heads, int seq) {
         return c.layout == 0 ? TensorStrides{int64_t(heads) * seq * d, int64_t(seq) * d, d}
-                             : TensorStrides{int64_t(heads) * seq * d, d, int64_t(heads) * d};
+                             : TensorStrides{packed ? int64_t(heads) * d : int64_t(heads) * seq * d, d, int64_t(heads) * d};
     };
-    const size_t nq = size_t(c.batch) * c.hq * c.sq * d, nkv = size_t(c.batch) * c.hkv * c.skv * d;
+    std::vector<int> lq(c.batch, c.sq), lkv(c.batch, c.skv);
+    if (c.varlen)
+        for (int b = 0; b < c.batch; ++b) lq[b] = 1 + rng() % c.sq, lkv[b] = 1 + rng() % c.skv;
+    std::vector<int> cu_q(c.batch + 1, 0), cu_kv(c.batch + 1, 0);
+    for (int b = 0; b < c.batch; ++b) cu_q[b + 1] = cu_q[b] + lq[b], cu_kv[b + 1] = cu_kv[b] + lkv[b];
+    const size_t rows_q = packed ? size_t(cu_q.back()) : size_t(c.batch) * c.sq;
+    const size_t rows_kv = packed ? size_t(cu_kv.back()) : size_t(c.batch) * c.skv;
+    const size_t nq = rows_q * c.hq * d, nkv = rows_kv * c.hkv * d;
     std::vector<uint16_t> q(nq), k(nkv), v(nkv), o(nq, 0x7e00);  // poison: rows never written keep it
     for (auto& x : q) x = to16<kD>(u(rng));
     for (auto& x : k) x = to16<kD>(u(rng));
     for (auto& x : v) x = to16<kD>(u(rng));
-    std::vector<int> lq(c.batch, c.sq), lkv(c.batch, c.skv);
-    if (c.varlen)
-        for (int b = 0; b < c.batch; ++b) lq[b] = 1 + rng() % c.sq, lkv[b] = 1 + rng() % c.skv;
-    std::vector<float> lse(size_t(c.batch) * c.hq * c.sq, 12345.f);
+    std::vector<float> lse(rows_q * c.hq, 12345.f);
     FwdParams p{};
     p.q = q.data(), p.k = k.data(), p.v = v.data(), p.o = o.data();
     p.q_strides = p.o_strides = strides(c.hq, c.sq);
     p.k_strides = p.v_strides = strides(c.hkv, c.skv);
     p.batch = c.batch, p.heads_q = c.hq, p.heads_kv = c.hkv, p.seqlen_q = c.sq, p.seqlen_kv = c.skv, p.head_dim = d;
-    p.seqlens_q = c.varlen ? lq.data() : nullptr, p.seqlens_kv = c.varlen ? lkv.data() : nullptr;
+    p.seqlens_q = c.varlen && !packed ? lq.data() : nullptr, p.seqlens_kv = c.varlen && !packed ? lkv.data() : nullptr;
+    if (packed) {
+        p.cu_seqlens_q = cu_q.data(), p.cu_seqlens_kv = cu_kv.data();
+        p.total_q = cu_q.back(), p.total_kv = cu_kv.back();
+    }
     p.scale = 1.f / std::sqrt(float(d));
     p.window = c.window;
     p.lse = c.lse ? lse.data() : nullptr;
@@ -77,14 +87,16 @@ bool run(const Case& c, unsigned seed) {
     }
     double worst = 0, worst_lse = 0;
     int untouched_bad = 0;
-    auto at = [&](const TensorStrides& s, int b, int h, int i) { return size_t(b * s.batch + h * s.head + i * s.row); };
+    auto at = [&](const TensorStrides& s, const std::vector<int>& cu, int b, int h, int i) {
+        return packed ? size_t((cu[b] + i) * s.row + h * s.head) : size_t(b * s.batch + h * s.head + i * s.row);
+    };
     for (int b = 0; b < c.batch; ++b)
         for (int h = 0; h < c.hq; ++h) {
             const int hk = h / (c.hq / c.hkv);
             for (int i = 0; i < c.sq; ++i) {
-                const size_t orow = at(p.o_strides, b, h, i);
-                if (i >= lq[b]) {
-                    for (int x = 0; x < d; ++x) untouched_bad += o[orow + x] != 0x7e00;
+                const size_t orow = packed && i >= lq[b] ? 0 : at(p.o_strides, cu_q, b, h, i);
+                if (i >= lq[b]) {  // past the sequence (packed: the next one's rows, or none)
+                    for (int x = 0; x < d && !packed; ++x) untouched_bad += o[orow + x] != 0x7e00;
                     continue;
                 }
                 const int diag = i + lkv[b] - lq[b];
@@ -95,7 +107,8 @@ bool run(const Case& c, unsigned seed) {
                     if (!sees) { s[j] = -INFINITY; continue; }
                     double dot = 0;
                     for (int x = 0; x < d; ++x)
-                        dot += double(from16<kD>(q[at(p.q_strides, b, h, i) + x])) * from16<kD>(k[at(p.k_strides, b, hk, j) + x]);
+                        dot += double(from16<kD>(q[at(p.q_strides, cu_q, b, h, i) + x])) *
+                               from16<kD>(k[at(p.k_strides, cu_kv, b, hk, j) + x]);
                     s[j] = dot * p.scale;
                     m = std::max(m, s[j]);
                 }
@@ -105,7 +118,7 @@ bool run(const Case& c, unsigned seed) {
                     if (s[j] == -INFINITY) continue;
                     const double e = std::exp(s[j] - m);
                     sum += e;
-                    for (int x = 0; x < d; ++x) out[x] += e * from16<kD>(v[at(p.v_strides, b, hk, j) + x]);
+                    for (int x = 0; x < d; ++x) out[x] += e * from16<kD>(v[at(p.v_strides, cu_kv, b, hk, j) + x]);
                 }
                 for (int x = 0; x < d; ++x) {
                     const double ref = sum > 0 ? out[x] / sum : 0.0;
@@ -113,7 +126,7 @@ bool run(const Case& c, unsigned seed) {
                 }
                 if (c.lse) {
                     const double ref = sum > 0 ? m + std::log(sum) : -INFINITY;
-                    const float got = lse[(size_t(b) * c.hq + h) * c.sq + i];
+                    const float got = packed ? lse[size_t(h) * cu_q.back() + cu_q[b] + i] : lse[(size_t(b) * c.hq + h) * c.sq + i];
                     worst_lse = std::max(worst_lse, ref == -INFINITY ? (got == -INFINITY ? 0.0 : 1e9) : std::fabs(ref - got));
                 }
             }
@@ -146,6 +159,11 @@ int main() {
     ok &= run<C<fp16, 256, gqa, causal, Arch::gfx90a>>({1, 4, 1, 33, 99, all, true, false, 1, 3}, 7);
     ok &= run<C<bf16, 256, mha, nomask, Arch::gfx908>>({1, 1, 1, 40, 65, all, false, true, 0, 1}, 8);
     ok &= run<C<fp16, 80, mha, causal, Arch::gfx942>>({1, 2, 2, 200, 60, all, false, true, 0, 2}, 9);
+    // Packed variable-length batches: virtual query blocks located by binary search (causal ones
+    // end-aligned per sequence), GQA heads packed in a tile, the LSE as [heads, tokens].
+    ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({5, 4, 2, 90, 140, all, true, true, 2, 3}, 10);
+    ok &= run<C<bf16, 128, mha, nomask, Arch::gfx90a>>({4, 2, 2, 100, 60, all, true, true, 2, 2}, 11);
+    ok &= run<C<fp16, 128, gqa, causal, Arch::gfx908>>({6, 8, 2, 20, 30, 9, true, true, 2, 4}, 12);
     std::printf(ok ? "all cases match the reference\n" : "some cases FAILED\n");
     return ok ? 0 : 1;
 }

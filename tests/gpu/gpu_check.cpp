@@ -18,7 +18,11 @@ std::string GpuCase::describe() const {
 }
 
 CaseResult run_case(const KernelEntry& kernel, const GpuCase& c) {
-    const Problem& p = c.problem;
+    Problem p = c.problem;
+    if (p.layout == Layout::packed) {  // the tokens the lengths add up to
+        p.total_q = cumulative(c.lens.q).back();
+        p.total_kv = cumulative(c.lens.kv).back();
+    }
     CaseResult result;
     try {
         TensorSet tensors(p);
@@ -34,8 +38,8 @@ CaseResult run_case(const KernelEntry& kernel, const GpuCase& c) {
             check(kernel.launch(tensors.params, nullptr), "launch");
             check(hipDeviceSynchronize(), "kernel");
         }
-        DeviceBuffer reference(4 * tensors.sizes.o);
-        const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+        const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;  // the reference's, logical [b, h, s_q]
+        DeviceBuffer reference(4 * rows * p.head_dim);
         DeviceBuffer reference_lse(c.lse ? 4 * rows : 0);
         check(reference_forward(tensors.params, p.dtype, p.causal, reference.get<float>(), reference_lse.get<float>()),
               "reference");
@@ -48,10 +52,10 @@ CaseResult run_case(const KernelEntry& kernel, const GpuCase& c) {
             check(compare_lse_with_reference(tensors.params, reference_lse.get<float>(), lse_tolerance(), &cmp), "compare");
             result.passed = result.passed && cmp.passed(lse_tolerance());
             result.message += "; lse: " + cmp.describe(tensors.params);
-            // Rows past a sequence's length keep the poison.
+            // Rows past a sequence's length keep the poison (a packed batch's LSE has none).
             const std::vector<float> lse = tensors.copy_lse();
             int64_t written = 0;
-            for (int64_t row = 0; row < rows; ++row) {
+            for (int64_t row = 0; row < rows && p.layout != Layout::packed; ++row) {
                 const int64_t b = row / p.seqlen_q / p.heads_q;
                 if (!c.lens.q.empty() && row % p.seqlen_q >= c.lens.q[b] && !std::isnan(lse[row])) ++written;
             }

@@ -247,6 +247,19 @@ def test_torch_strided_views_are_read_in_place():
     assert torch.cuda.max_memory_allocated() - before <= out.numel() * out.element_size() + (1 << 20)
 
 
+def _check_varlen(out, lse, q, k, v, cu_q, cu_k, causal):
+    """Each packed sequence's rows of out and lse against the fp64 reference (FlashAttention's rule)."""
+    for b in range(cu_q.shape[0] - 1):
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        if rows.start == rows.stop:  # an empty sequence
+            continue
+        args = (q[rows].unsqueeze(0), k[keys].unsqueeze(0), v[keys].unsqueeze(0))
+        reference, reference_lse = _reference(*args, causal=causal)
+        pytorch, _ = _reference(*args, causal=causal, dtype=q.dtype)
+        _assert_flash_rule(out[rows].unsqueeze(0), reference, pytorch, f"sequence {b}")
+        torch.testing.assert_close(lse[:, rows].double(), reference_lse[0], atol=2e-3, rtol=1e-3)
+
+
 @needs_cuda
 @pytest.mark.parametrize("causal", [False, True])
 def test_torch_varlen_matches_fp64(causal):
@@ -261,13 +274,30 @@ def test_torch_varlen_matches_fp64(causal):
     out, lse = api.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
                                           return_lse=True, strict=True)
     assert out.shape == q.shape and lse.shape == (heads, q.shape[0])
-    for b in range(len(lengths_q)):
-        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
-        args = (q[rows].unsqueeze(0), k[keys].unsqueeze(0), v[keys].unsqueeze(0))
-        reference, reference_lse = _reference(*args, causal=causal)
-        pytorch, _ = _reference(*args, causal=causal, dtype=q.dtype)
-        _assert_flash_rule(out[rows].unsqueeze(0), reference, pytorch, f"sequence {b}")
-        torch.testing.assert_close(lse[:, rows].double(), reference_lse[0], atol=2e-3, rtol=1e-3)
+    _check_varlen(out, lse, q, k, v, cu_q, cu_k, causal)
+
+
+@needs_cuda
+@pytest.mark.parametrize("causal, head_dim, heads_kv", [(False, 64, 4), (True, 128, 1), (True, 256, 2)])
+def test_torch_varlen_reads_skewed_packed_tokens_in_place(causal, head_dim, heads_kv):
+    """One long prompt among short, 1-token and empty ones: served by the kernels on the packed
+    tokens themselves (no padded copy: the call allocates its output and LSE only)."""
+    api = _api()
+    torch.manual_seed(4)
+    lengths_q, lengths_k = [3, 0, 1, 1000, 17, 129, 1], [40, 5, 1, 1000, 17, 300, 64]
+    cu_q = torch.tensor([0] + lengths_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + lengths_k, device="cuda").cumsum(0).int()
+    heads = 8
+    q = _random(sum(lengths_q), heads, head_dim)
+    k, v = (_random(sum(lengths_k), heads_kv, head_dim) for _ in range(2))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out, lse = api.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
+                                          return_lse=True, strict=True)
+    allocated = torch.cuda.max_memory_allocated() - before
+    assert allocated <= out.numel() * out.element_size() + lse.numel() * 4 + (1 << 20), allocated
+    _check_varlen(out, lse, q, k, v, cu_q, cu_k, causal)
 
 
 @needs_cuda

@@ -146,5 +146,38 @@ TEST(TileSchedule, PackedGqaTilesCoverEveryHead) {
     expect_every_row_once(p, walk(p, t, 5, true, 128));
 }
 
+// A packed batch (cu_seqlens): each virtual query block, placed as TileWork places it (its
+// sequence by packed_sequence(), end-aligned from the sequence's end where causal), covers
+// every (sequence, head, position) row once, and long and empty sequences among short ones cost
+// no tiles per padded position.
+TEST(TileSchedule, PackedBatchesCoverEveryRowOnce) {
+    for (const bool causal : {false, true}) {
+        for (const std::vector<int>& lengths : {std::vector<int>{1000, 0, 1, 129, 128, 7},
+                                                std::vector<int>{5, 3, 40, 2}, std::vector<int>{4096}}) {
+            std::vector<int> cu = {0};
+            for (int n : lengths) cu.push_back(cu.back() + n);
+            FwdParams p = shape(int(lengths.size()), 8, 2, *std::max_element(lengths.begin(), lengths.end()), 1);
+            p.cu_seqlens_q = cu.data();
+            p.total_q = cu.back();
+            const PrefillTiling t = PrefillTiling::of(p, 128, causal, 8, 132);
+            EXPECT_EQ(t.query_blocks, p.batch + p.total_q / t.rows_per_head);
+            EXPECT_EQ(t.tiles, int64_t(t.query_blocks) * t.pair_tiles);
+            std::map<std::tuple<int64_t, int, int>, int> rows;
+            for (int index = 0; index < t.tiles; ++index) {
+                const PrefillTile tile = locate_tile(t, index);
+                const PackedBlock found = packed_sequence(t, cu.data(), p.batch, tile.position0 / t.rows_per_head);
+                const int block = tile.position0 / t.rows_per_head - found.first, len = lengths[found.sequence];
+                ASSERT_LT(block, found.count);
+                const int first = t.end_aligned ? len - (block + 1) * t.rows_per_head : block * t.rows_per_head;
+                for (int h = 0; h < tile.heads; ++h)
+                    for (int i = std::max(first, 0); i < std::min(first + t.rows_per_head, len); ++i)
+                        ++rows[{found.sequence, tile.head0 + h, i}];
+            }
+            ASSERT_EQ(rows.size(), size_t(p.total_q) * p.heads_q) << (causal ? "causal" : "no mask");
+            for (const auto& [row, count] : rows) ASSERT_EQ(count, 1) << "sequence " << std::get<0>(row);
+        }
+    }
+}
+
 }  // namespace
 }  // namespace fmha

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "fmha/params.h"
+#include "kernels/common/sequence.h"
 
 namespace fmha {
 
@@ -20,12 +21,12 @@ struct KvRows {
     int page_shift;        // log2(page_size)
 
     // Takes values, not the params struct: a reference to a kernel argument costs a stack copy on AMD.
-    __device__ static KvRows of(const void* tensor, const TensorStrides& s, const int* block_table, int max_pages,
-                                int page_size, int64_t batch, int head) {
+    __device__ static KvRows of(const void* tensor, const TensorStrides& s, const int* cu_seqlens, const int* block_table,
+                                int max_pages, int page_size, int64_t batch, int head) {
         const auto* elements = static_cast<const uint16_t*>(tensor);
         if (kMayBePaged && block_table)
             return {elements + int64_t(head) * s.head, block_table + batch * max_pages, int(__ffs(page_size)) - 1};
-        return {elements + batch * s.batch + int64_t(head) * s.head, nullptr, 0};
+        return {elements + sequence_index(cu_seqlens, batch) * s.batch + int64_t(head) * s.head, nullptr, 0};
     }
 
     // Element 0 of key row `key`; s: the tensor's strides (s.batch: between pages, when paged).
@@ -45,13 +46,14 @@ struct KvRows {
 // Two 32-bit words, so that a kernel short of registers can keep them in shared memory; without
 // a block table every key is on "page" `batch`, whose stride is the batch stride.
 struct StepPages {
-    int entry;  // paged: the sequence's first table entry (batch x max_pages); else the batch
+    int entry;  // paged: the sequence's first table entry (batch x max_pages); else sequence_index()
     int shift;  // paged: log2(page_size); else 31 (key & (2^31 - 1) is the key)
 
     // Takes values, not the params struct: a reference to a kernel argument costs a stack copy on AMD.
-    __device__ static StepPages of(const int* block_table, int max_pages, int page_size, int64_t batch) {
+    __device__ static StepPages of(const int* block_table, const int* cu_seqlens, int max_pages, int page_size,
+                                   int64_t batch) {
         if (block_table) return {int(batch * max_pages), int(__ffs(page_size)) - 1};
-        return {int(batch), 31};
+        return {int(sequence_index(cu_seqlens, batch)), 31};
     }
 
     // The page that holds `key`.

@@ -8,26 +8,39 @@
 
 #include "fmha/params.h"
 #include "kernels/common/online_softmax.h"
+#include "kernels/common/sequence.h"
 #include "kernels/numeric.h"
 
 namespace fmha {
 
-// Element 0 of row (batch, head, position) of a tensor.
+// Element 0 of row (batch, head, position) of a tensor, packed where cu_seqlens is given
+// (FwdParams states the layouts).
 template <class Element>
-__device__ inline Element* row_start(Element* base, const TensorStrides& s, int64_t batch, int head, int position) {
-    return base + batch * s.batch + int64_t(head) * s.head + int64_t(position) * s.row;
+__device__ inline Element* row_start(Element* base, const TensorStrides& s, const int* cu_seqlens, int64_t batch, int head,
+                                     int position) {
+    return base + sequence_index(cu_seqlens, batch) * s.batch + int64_t(head) * s.head + int64_t(position) * s.row;
 }
 
 // The index of query row (batch, head, position) in contiguous [batch, heads_q, seqlen_q]
-// arrays: FwdParams::lse and the split workspace.
+// arrays: the split workspace (and FwdParams::lse of a padded batch).
 __device__ inline int64_t query_row_index(const FwdParams& p, int64_t batch, int head, int position) {
     return (batch * p.heads_q + head) * p.seqlen_q + position;
 }
 
+// The index of query row (batch, head, position) in FwdParams::lse: [heads_q, total_q] where Q
+// is packed (FlashAttention's varlen LSE), else [batch, heads_q, seqlen_q]. kMayBePacked: as
+// packed_only().
+template <bool kMayBePacked = true>
+__device__ inline int64_t lse_index(const FwdParams& p, int64_t batch, int head, int position) {
+    const int* cu_seqlens = packed_only<kMayBePacked>(p.cu_seqlens_q);
+    return cu_seqlens ? int64_t(head) * p.total_q + cu_seqlens[batch] + position : query_row_index(p, batch, head, position);
+}
+
 // A finished row's log-sum-exp (from its log2-domain state) to FwdParams::lse, where the launch
 // asks for it. Behind a run-time branch: a launch without it pays nothing else.
+template <bool kMayBePacked = true>
 __device__ inline void store_lse(const FwdParams& p, int64_t batch, int head, int position, float row_max, float row_sum) {
-    if (p.lse) p.lse[query_row_index(p, batch, head, position)] = natural_lse(row_max, row_sum);
+    if (p.lse) p.lse[lse_index<kMayBePacked>(p, batch, head, position)] = natural_lse(row_max, row_sum);
 }
 
 // Eight results, each times inv, as fp32 to dst (16-byte aligned).
@@ -37,10 +50,11 @@ __device__ inline void store8_fp32(float* dst, const float (&x)[8], float inv) {
 }
 
 // Eight results of row (batch, head, position) of O, from head-dim `column` on, each times inv.
-template <class Config>
+template <class Config, bool kMayBePacked = true>
 __device__ inline void store8_output(const FwdParams& p, int64_t batch, int head, int position, int column,
                                      const float (&x)[8], float inv) {
-    uint16_t* out = row_start(static_cast<uint16_t*>(p.o), p.o_strides, batch, head, position);
+    uint16_t* out =
+        row_start(static_cast<uint16_t*>(p.o), p.o_strides, packed_only<kMayBePacked>(p.cu_seqlens_q), batch, head, position);
     *reinterpret_cast<uint4*>(out + column) = pack8<DTypeTraits<Config::dtype>>(x, inv);
 }
 

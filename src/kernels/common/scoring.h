@@ -13,12 +13,14 @@
 
 namespace fmha {
 
-// Whether a launch asks for any run-time option that the plain kernels do not take. Families
+// Whether a launch asks for any run-time option that the plain kernels do not take (packed
+// batches among them: their sequences' places are loaded per work item). Families
 // test it once per launch, so that launches without one run code that has none of them. (A
 // paged problem's shape_params() has its page size before it has a block table: plans made
 // from them already count it.)
 __host__ __device__ inline bool has_run_time_options(const FwdParams& p) {
-    return p.softcap != 0.f || p.alibi_slopes != nullptr || p.block_table != nullptr || p.page_size != 0;
+    return p.softcap != 0.f || p.alibi_slopes != nullptr || p.block_table != nullptr || p.page_size != 0 ||
+           p.cu_seqlens_q != nullptr || p.cu_seqlens_kv != nullptr;
 }
 
 // The launch-wide part of the rule: the scale and the softcap, pre-multiplied by log2(e). The
@@ -55,6 +57,22 @@ struct ScoreRule {
     // Saturates to +-1 (2^y to inf or 0; 2 / inf is 0), so a capped score never overflows; near
     // 0 its absolute error is a few 1e-8, below the scores' own rounding.
     __device__ static float tanh_from_exp2_argument(float y) { return 1.f - __fdividef(2.f, exp2_approx(y) + 1.f); }
+};
+
+// The scoring options' state for MMA accumulator fragments (the tensor-core prefill family,
+// whose main loop applies them to a tile's elements): the launch's rule and the ALiBi slope of
+// each of a thread's kRows rows.
+template <int kRows>
+struct FragmentScoring {
+    ScoreRule rule;
+    float slope_log2[kRows];  // each row's ALiBi slope x log2(e); 0 without ALiBi
+
+    // Per launch: the rule; per work tile: each row's slope (head: its query head; a row that
+    // does not exist reads none).
+    __device__ void init(float scale, float softcap) { rule = ScoreRule::of(scale, softcap); }
+    __device__ void set_row(int r, const float* alibi_slopes, int head, bool exists) {
+        slope_log2[r] = alibi_slopes && exists ? alibi_slopes[head] * kLog2e : 0.f;
+    }
 };
 
 // One query row's scoring, for the CUDA-core kernels: ScoreRule's rule with its values held per

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const FwdParam
         const int64_t row = by_column.quotient, batch = by_head.quotient;
         const int column = by_column.remainder * 8, position = by_position.remainder, head = by_head.remainder;
         // Rows past their sequence's length were never written (uniform over a team).
-        const bool valid = index < units && position < sequence_length(p.seqlens_q, batch, p.seqlen_q);
+        const bool valid = index < units && position < sequence_length(p.seqlens_q, p.cu_seqlens_q, batch, p.seqlen_q);
         const int mine = valid && lane < n ? (n - lane + kCombineLanes - 1) / kCombineLanes : 0;
         float out[8];
         const Merged m = merge_partials(workspace.lses + row * n + lane, kCombineLanes,

@@ -12,6 +12,14 @@
 // (docs/mmaprefill.md). Causal query blocks of one head end at the sequence's end, so that a
 // partial block is the first, which sees the fewest keys, rather than the last, which sees them
 // all with few of its consumers busy.
+//
+// Packed batches (FwdParams::cu_seqlens_q) are laid out by the lengths, which only the device
+// knows: sequence b takes "virtual" query blocks [P(b), P(b + 1)), P(b) = b + cu_seqlens_q[b] /
+// rows_per_head, which are at least the ceil(len / rows_per_head) blocks it needs (at most one
+// more), and a tile finds its sequence by a binary search over P (packed_sequence()). So a batch
+// costs what its sequences cost, whatever their mix, with no tile per padded position. Their
+// tiles run virtual block by block, every head of a block side by side: a causal sequence's
+// blocks go from its end back (TileWork), so a long prompt's dearest tiles start first.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -42,6 +50,8 @@ struct PrefillTiling {
     int pair_tiles;        // (batch, KV head, head tile) triples: tiles / query_blocks
     // The divisions locate_tile() makes, by this launch's divisors.
     FastDivisor by_query_blocks, by_halves, by_head_tiles, by_heads_kv, by_section_tiles, by_section_pair_tiles;
+    bool packed;           // Q packed: query_blocks are the batch's virtual ones, and a pair_tile has batch 0
+    FastDivisor by_rows_per_head, by_pair_tiles;  // packed: P(b)'s division; the heads of a virtual block
 
     // The family's tile: `block_rows` query rows; a persistent grid pays where tiles see few
     // key tiles: `persistent_max_query_blocks`; pairs pay where tiles outnumber the
@@ -58,16 +68,18 @@ struct PrefillTiling {
         t.query_blocks = (p.seqlen_q + t.rows_per_head - 1) / t.rows_per_head;
         t.end_aligned = causal && t.heads_per_tile == 1;
         t.persistent = t.query_blocks <= persistent_max_query_blocks;
-        const int64_t pairs = int64_t(p.batch) * p.heads_kv;
+        t.packed = p.cu_seqlens_q != nullptr;
+        if (t.packed) t.query_blocks = p.batch + p.total_q / t.rows_per_head;  // P(batch)
+        const int64_t pairs = int64_t(t.packed ? 1 : p.batch) * p.heads_kv;
         const bool many = pairs * t.head_tiles * t.query_blocks > multiprocessors;
-        t.tiles_per_unit = t.persistent && causal && t.query_blocks > 1 && many ? 2 : 1;
+        t.tiles_per_unit = t.persistent && causal && t.query_blocks > 1 && many && !t.packed ? 2 : 1;
         // Paired: (query_blocks + 1) / 2 units per head tile, the middle one of an odd count alone.
         const int unit_blocks = t.tiles_per_unit == 2 ? (t.query_blocks + 1) / 2 * 2 : t.query_blocks;
         t.tiles = pairs * t.head_tiles * unit_blocks;
         t.units = t.tiles / t.tiles_per_unit;
         const int64_t kv_bytes = int64_t(p.seqlen_kv) * p.head_dim * 2 * 2;  // K and V of one KV head
         t.section_heads = 0;
-        if (causal && t.tiles_per_unit == 1 && t.query_blocks > 1)
+        if (causal && t.tiles_per_unit == 1 && t.query_blocks > 1 && !t.packed)
             t.section_heads = int(kv_bytes < kSectionKVBytes ? kSectionKVBytes / kv_bytes : 1);
         t.pair_tiles = int(pairs * t.head_tiles);
         const int64_t section_pair_tiles = std::min<int64_t>(int64_t(t.section_heads) * t.head_tiles, t.pair_tiles);
@@ -77,6 +89,8 @@ struct PrefillTiling {
         t.by_heads_kv = FastDivisor(p.heads_kv);
         t.by_section_pair_tiles = FastDivisor(int(std::max<int64_t>(section_pair_tiles, 1)));
         t.by_section_tiles = FastDivisor(int(std::max<int64_t>(section_pair_tiles * t.query_blocks, 1)));
+        t.by_rows_per_head = FastDivisor(t.rows_per_head);
+        t.by_pair_tiles = FastDivisor(t.pair_tiles);
         return t;
     }
 };
@@ -102,6 +116,9 @@ __host__ __device__ inline PrefillTile locate_tile(const PrefillTiling& t, int i
         const int mirror = unit - pair_tile * int(t.by_halves.divisor);
         query_block = index % 2 == 0 ? t.query_blocks - 1 - mirror : mirror;
         exists = index % 2 == 0 || mirror != t.query_blocks - 1 - mirror;
+    } else if (t.packed) {  // heads fastest
+        query_block = t.by_pair_tiles.divide(index);
+        pair_tile = index - query_block * t.pair_tiles;
     } else if (t.section_heads == 0) {  // query blocks fastest
         pair_tile = t.by_query_blocks.divide(index);
         query_block = index - pair_tile * t.query_blocks;
@@ -132,6 +149,23 @@ __host__ __device__ inline PrefillTile locate_tile(const PrefillTiling& t, int i
     tile.position0 = query_block * t.rows_per_head;
     tile.exists = exists;
     return tile;
+}
+
+// A packed batch's virtual query block `block` (PrefillTiling::packed): its sequence (the last b
+// with P(b) <= block), and the sequence's first virtual block and count of them.
+struct PackedBlock {
+    int sequence, first, count;
+};
+__host__ __device__ inline PackedBlock packed_sequence(const PrefillTiling& t, const int* cu_seqlens, int batch, int block) {
+    auto first_block = [&](int b) { return b + t.by_rows_per_head.divide(cu_seqlens[b]); };
+    int lo = 0, hi = batch;  // P(lo) <= block < P(hi)
+    while (hi - lo > 1) {
+        const int middle = (lo + hi) / 2;
+        if (first_block(middle) <= block) lo = middle;
+        else hi = middle;
+    }
+    const int first = first_block(lo);
+    return {lo, first, first_block(lo + 1) - first};
 }
 
 // The position of a tile's first row in its sequence of len_q positions: negative where an

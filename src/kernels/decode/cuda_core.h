@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
 
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
          first += int64_t(gridDim.x) * T::kGroups) {
-        const WorkItem item = locate(p, plan, first + group_in_block);
+        const WorkItem item = locate<T::kOptions>(p, plan, first + group_in_block);
         const RowSink<T, Config> sink{p, plan, item, block, group_in_block};
 
         // This pass's rows, and the key range of the pass within its split.
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         uint4 q[R][V];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const uint16_t* row = row_start(q_base, p.q_strides, item.batch, rows[r].head, rows[r].position);
+            const uint16_t* row = row_start(q_base, p.q_strides, packed_only<T::kOptions>(p.cu_seqlens_q), item.batch, rows[r].head, rows[r].position);
 #pragma unroll
             for (int v = 0; v < V; ++v) {
                 q[r][v] = make_uint4(0, 0, 0, 0);
@@ -170,12 +170,12 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
             }
         };
 
-        const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
-        const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
+        const uint16_t* k_rows = row_start(k_base, p.k_strides, packed_only<T::kOptions>(p.cu_seqlens_kv), item.batch, item.head_kv, 0);
+        const uint16_t* v_rows = row_start(v_base, p.v_strides, packed_only<T::kOptions>(p.cu_seqlens_kv), item.batch, item.head_kv, 0);
         // The options variant's rows, which may be paged (the plain variant's code is as it was).
         using Rows = KvRows<T::kOptions>;
-        const Rows k_paged = Rows::of(p.k, p.k_strides, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
-        const Rows v_paged = Rows::of(p.v, p.v_strides, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
+        const Rows k_paged = Rows::of(p.k, p.k_strides, p.cu_seqlens_kv, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
+        const Rows v_paged = Rows::of(p.v, p.v_strides, p.cu_seqlens_kv, p.block_table, p.max_pages_per_seq, p.page_size, item.batch, item.head_kv);
         auto k_row = [&](int key) { return T::kOptions ? k_paged.row(key, p.k_strides) : k_rows + int64_t(key) * p.k_strides.row; };
         auto v_row = [&](int key) { return T::kOptions ? v_paged.row(key, p.v_strides) : v_rows + int64_t(key) * p.v_strides.row; };
         // S (a std::integral_constant) of the U key slots hold keys; the others none of any item.

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
 
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
          first += int64_t(gridDim.x) * T::kGroups) {
-        const WorkItem item = locate(p, plan, first + warp_in_block);
+        const WorkItem item = locate<T::kOptions>(p, plan, first + warp_in_block);
         const RowSink<T, Config> sink{p, plan, item, block, warp_in_block};
         auto row_at = [&](int r) { return query_row(item, item.pass * T::kRows + r); };
 
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
 #pragma unroll
         for (int rt = 0; rt < RT; ++rt) {
             const QueryRow row = row_at(8 * rt + g);
-            const uint16_t* src = row_start(q_base, p.q_strides, item.batch, row.head, row.position);
+            const uint16_t* src = row_start(q_base, p.q_strides, packed_only<T::kOptions>(p.cu_seqlens_q), item.batch, row.head, row.position);
 #pragma unroll
             for (int i = 0; i < KV; ++i)
                 q.set(rt, i, row.valid ? *reinterpret_cast<const uint4*>(src + (4 * i + t) * 8) : make_uint4(0, 0, 0, 0));
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         OptionSlots<T>& slots = option_slots[T::kOptions ? warp_in_block : 0];
         if constexpr (T::kOptions) {
             const ScoreRule rule = ScoreRule::of(p.scale, p.softcap);
-            const StepPages pages = StepPages::of(p.block_table, p.max_pages_per_seq, p.page_size, item.batch);
+            const StepPages pages = StepPages::of(p.block_table, p.cu_seqlens_kv, p.max_pages_per_seq, p.page_size, item.batch);
             slots.rule[lane] = make_uint2(__float_as_uint(rule.dot_scale), __float_as_uint(rule.cap_log2));
             slots.pages[lane] = make_uint4(pages.entry, pages.shift, item.head_kv, 0);
 #pragma unroll
@@ -172,8 +172,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         // Orders nothing (a lane reads back only its own slots), but ptxas schedules the key loop
         // after it differently: without it Q in shared memory measured no faster (docs/decisions.md).
         if constexpr (T::kQueryInShared) sync_warp();
-        const uint16_t* k_rows = row_start(k_base, p.k_strides, item.batch, item.head_kv, 0);
-        const uint16_t* v_rows = row_start(v_base, p.v_strides, item.batch, item.head_kv, 0);
+        // The plain variant's rows (the options variant's, packed ones too, are k_step's below).
+        const uint16_t* k_rows = row_start(k_base, p.k_strides, nullptr, item.batch, item.head_kv, 0);
+        const uint16_t* v_rows = row_start(v_base, p.v_strides, nullptr, item.batch, item.head_kv, 0);
         // The options variant's rows, which may be paged. Its steps start on multiples of 16 keys
         // (the keys below kv_lo that this adds are masked for every row), so that each step lies
         // on one page (StepPages): one table entry, loaded a step ahead, places its K and V rows.

@@ -42,6 +42,7 @@ struct WorkItem {
     bool active;        // false past the last item (uniform over a group)
 };
 
+template <bool kMayBePacked>
 __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t index) {
     WorkItem item;
     item.active = index < plan.items;
@@ -52,8 +53,8 @@ __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t 
     item.pass = by_pass.remainder;
     item.head_kv = by_head.remainder;
     item.batch = by_head.quotient;
-    item.len_q = sequence_length(p.seqlens_q, item.batch, p.seqlen_q);
-    item.len_kv = sequence_length(p.seqlens_kv, item.batch, p.seqlen_kv);
+    item.len_q = sequence_length(p.seqlens_q, packed_only<kMayBePacked>(p.cu_seqlens_q), item.batch, p.seqlen_q);
+    item.len_kv = sequence_length(p.seqlens_kv, packed_only<kMayBePacked>(p.cu_seqlens_kv), item.batch, p.seqlen_kv);
     item.seqlen_q = p.seqlen_q;
     item.rows_per_kv = p.heads_q / p.heads_kv * p.seqlen_q;
     return item;
@@ -87,7 +88,7 @@ struct RowSink {
 
     // Eight results of row r of the pass, from head-dim `column` on, each times inv.
     __device__ void store8(int r, const QueryRow& row, int column, const float (&x)[8], float inv) const {
-        if (!kSplits<T> || plan.splits == 1) return store8_output<Config>(p, item.batch, row.head, row.position, column, x, inv);
+        if (!kSplits<T> || plan.splits == 1) return store8_output<Config, T::kOptions>(p, item.batch, row.head, row.position, column, x, inv);
         float* dst = plan.block_splits > 1 ? block.partial(group, r)
                                            : SplitWorkspace(p, plan.workspace_splits()).partials + workspace_slot(p, plan, item, row) * T::kHeadDim;
         store8_fp32(dst + column, x, inv);
@@ -95,7 +96,7 @@ struct RowSink {
     // The row's log-sum-exp: to FwdParams::lse where the row is done, else its partial's
     // log2-sum-exp beside the partial.
     __device__ void store_lse(int r, const QueryRow& row, float row_max, float row_sum) const {
-        if (!kSplits<T> || plan.splits == 1) return fmha::store_lse(p, item.batch, row.head, row.position, row_max, row_sum);
+        if (!kSplits<T> || plan.splits == 1) return fmha::store_lse<T::kOptions>(p, item.batch, row.head, row.position, row_max, row_sum);
         float& dst = plan.block_splits > 1 ? block.lse(group, r) : SplitWorkspace(p, plan.workspace_splits()).lses[workspace_slot(p, plan, item, row)];
         dst = partial_lse(row_max, row_sum);
     }
@@ -112,7 +113,7 @@ __device__ void merge_block(const FwdParams& p, const Plan& plan, int64_t first,
     for (int unit = threadIdx.x; unit < T::kGroups / plan.block_splits * kUnitsPerItem; unit += T::kThreads) {
         const int group = unit / kUnitsPerItem * plan.block_splits;  // the item's first split in the block
         const int r = unit / kVecsPerRow % T::kRows, column = unit % kVecsPerRow * 8;
-        const WorkItem item = locate(p, plan, first + group);
+        const WorkItem item = locate<T::kOptions>(p, plan, first + group);
         const QueryRow row = query_row(item, item.pass * T::kRows + r);
         if (!row.valid) continue;
         float out[8];
@@ -120,8 +121,8 @@ __device__ void merge_block(const FwdParams& p, const Plan& plan, int64_t first,
                                         T::kRows * T::kHeadDim, plan.block_splits, out);
         const float inv = m.total > 0.f ? 1.f / m.total : 0.f;
         if (plan.workspace_splits() == 1) {
-            store8_output<Config>(p, item.batch, row.head, row.position, column, out, inv);
-            if (column == 0) store_lse(p, item.batch, row.head, row.position, m.max_lse, m.total);
+            store8_output<Config, T::kOptions>(p, item.batch, row.head, row.position, column, out, inv);
+            if (column == 0) store_lse<T::kOptions>(p, item.batch, row.head, row.position, m.max_lse, m.total);
         } else {
             const SplitWorkspace workspace(p, plan.workspace_splits());
             const int64_t slot = workspace_slot(p, plan, item, row);

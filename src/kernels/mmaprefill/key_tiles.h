@@ -7,6 +7,8 @@
 
 #include <hip/hip_runtime.h>
 
+#include <type_traits>
+
 #include "fmha/params.h"
 #include "kernels/common/mask.h"
 #include "kernels/common/sequence.h"
@@ -15,10 +17,17 @@
 namespace fmha {
 namespace mmaprefill {
 
+// Where a packed batch's sequence starts in its tensors, in rows of Q/O and of K/V (TileWork).
+struct PackedRows {
+    int q_row0, kv_row0;
+};
+struct PaddedRows {};
+
 // One work tile as producer and consumers both derive it: its rows, its sequence's lengths, and
-// the key tiles its rows see, walked back from kv_end.
-template <bool kCausal>
-struct TileWork {
+// the key tiles its rows see, walked back from kv_end. kPacked: the launch may be a packed batch
+// (PrefillTiling::packed); kernels built without it hold none of its state.
+template <bool kCausal, bool kPacked = true>
+struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
     PrefillTile tile;   // position0: first_position(), negative where the tile begins before the sequence
     int len_q, len_kv;
     KeyMask<kCausal> mask;
@@ -30,9 +39,27 @@ struct TileWork {
     __device__ static TileWork of(const FwdParams& p, const PrefillTiling& tiling, int index, int block_keys) {
         TileWork w;
         w.tile = locate_tile(tiling, index);
-        w.len_q = sequence_length(p.seqlens_q, w.tile.batch, p.seqlen_q);
-        w.len_kv = sequence_length(p.seqlens_kv, w.tile.batch, p.seqlen_kv);
-        if (kCausal) w.tile.position0 = first_position(tiling, w.tile, w.len_q);
+        const int* cu_seqlens_q = packed_only<kPacked>(p.cu_seqlens_q);
+        const int* cu_seqlens_kv = packed_only<kPacked>(p.cu_seqlens_kv);
+        int block = 0;  // packed: the tile's query block in its sequence
+        if constexpr (kPacked) {
+            if (tiling.packed) {  // a virtual query block: its sequence, and its place in it
+                const int virtual_block = tiling.by_rows_per_head.divide(w.tile.position0);
+                const PackedBlock found = packed_sequence(tiling, cu_seqlens_q, p.batch, virtual_block);
+                w.tile.batch = found.sequence;
+                block = virtual_block - found.first;
+                w.tile.position0 = block * tiling.rows_per_head;
+            }
+            w.q_row0 = cu_seqlens_q ? cu_seqlens_q[w.tile.batch] : 0;
+            w.kv_row0 = cu_seqlens_kv ? cu_seqlens_kv[w.tile.batch] : 0;
+        }
+        w.len_q = sequence_length(p.seqlens_q, cu_seqlens_q, w.tile.batch, p.seqlen_q);
+        w.len_kv = sequence_length(p.seqlens_kv, cu_seqlens_kv, w.tile.batch, p.seqlen_kv);
+        // End-aligned packed blocks run from the sequence's end back, the most keys first.
+        if (kCausal && kPacked && tiling.packed && tiling.end_aligned)
+            w.tile.position0 = w.len_q - (block + 1) * tiling.rows_per_head;
+        else if (kCausal)
+            w.tile.position0 = first_position(tiling, w.tile, w.len_q);
         w.has_rows = w.tile.exists && w.tile.position0 < w.len_q && (!kCausal || w.tile.position0 + tiling.rows_per_head > 0);
         w.mask = KeyMask<kCausal>::of(w.len_q, w.len_kv, p.window);
         w.last_position = min(w.tile.position0 + tiling.rows_per_head, w.len_q) - 1;
@@ -42,6 +69,18 @@ struct TileWork {
         w.key_tiles = (w.kv_end - kv_begin + block_keys - 1) / block_keys;
         return w;
     }
+    // TMA coordinates (row, batch) of the sequence's row `row` in Q/O and in K/V: packed tensors
+    // are one batch of all their rows.
+    __device__ int q_row(int row) const {
+        if constexpr (kPacked) return this->q_row0 + row;
+        return row;
+    }
+    __device__ int kv_row(int row) const {
+        if constexpr (kPacked) return this->kv_row0 + row;
+        return row;
+    }
+    __device__ int q_batch(const FwdParams& p) const { return kPacked && p.cu_seqlens_q ? 0 : int(tile.batch); }
+    __device__ int kv_batch(const FwdParams& p) const { return kPacked && p.cu_seqlens_kv ? 0 : int(tile.batch); }
     __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
     // Only causal tiles are end-aligned (PrefillTiling::of), so only theirs may begin before the
     // sequence: the first position at or after `position` inside it, and whether a row exists.
@@ -63,7 +102,8 @@ struct KeyTiles {
     int diagonal[kThreadRows];  // of this thread's rows
 
     // row0: the consumer's first row in the tile, of consumer_rows.
-    __device__ static KeyTiles of(const TileWork<kCausal>& w, const PrefillTiling& tiling, int row0, int consumer_rows,
+    template <class Work>
+    __device__ static KeyTiles of(const Work& w, const PrefillTiling& tiling, int row0, int consumer_rows,
                                   int window, const int (&position)[kThreadRows], int block_keys) {
         KeyTiles k;
         k.kv_end = w.kv_end, k.count = w.key_tiles, k.window = window;

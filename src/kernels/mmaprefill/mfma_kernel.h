@@ -41,7 +41,7 @@ namespace mmaprefill {
 template <class Config>
 struct MfmaTraits {
     static constexpr TileShape kShape =
-        tile_shape<MatrixCore::mfma>(Config::head_dim, Config::mask == Mask::causal, Config::dtype, false);
+        tile_shape<MatrixCore::mfma>(Config::head_dim, Config::mask == Mask::causal, Config::dtype, false, false);
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kConsumers = kShape.consumers;  // waves of 32 query rows
     static constexpr int kBlockRows = kConsumers * mfma::kBlock;
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
     // Key tile i's rows of K (or V) into registers; keys before the sequence are zeros.
     const auto fetch = [&](const void* tensor, const TensorStrides& strides, int i, uint4 (&next)[T::kChunksPerThread]) {
         const int k0 = work.first_key(i, T::kBlockKeys);
-        const auto* rows = row_start(static_cast<const uint16_t*>(tensor), strides, work.tile.batch, work.tile.head_kv, 0);
+        const auto* rows = row_start(static_cast<const uint16_t*>(tensor), strides, p.cu_seqlens_kv, work.tile.batch, work.tile.head_kv, 0);
 #pragma unroll
         for (int c = 0; c < T::kChunksPerThread; ++c) {
             int key, column;
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         for (int c = 0; c < T::kDimBlocks; ++c) o[c] = mfma::Accumulator{};
         {  // this lane's 4 of each k step's 8 head-dim values of its row (zeros for rows that do not exist)
             const bool exists = row_exists(row);
-            const auto* q_row = row_start(static_cast<const uint16_t*>(p.q), p.q_strides, work.tile.batch,
+            const auto* q_row = row_start(static_cast<const uint16_t*>(p.q), p.q_strides, p.cu_seqlens_q, work.tile.batch,
                                           work.tile.head0 + row / tiling.rows_per_head, position_of(row));
 #pragma unroll
             for (int t = 0; t < T::kDimSteps; ++t)
@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         const float inverse = total > 0.f ? 1.f / total : 0.f;
         if (row_exists(row)) {
             const int head = work.tile.head0 + row / tiling.rows_per_head;
-            if (p.lse && half == 0) p.lse[query_row_index(p, work.tile.batch, head, position_of(row))] = softmax.lse(0, total);
-            uint16_t* const out = row_start(static_cast<uint16_t*>(p.o), p.o_strides, work.tile.batch, head, position_of(row));
+            if (p.lse && half == 0) p.lse[lse_index(p, work.tile.batch, head, position_of(row))] = softmax.lse(0, total);
+            uint16_t* const out = row_start(static_cast<uint16_t*>(p.o), p.o_strides, p.cu_seqlens_q, work.tile.batch, head, position_of(row));
 #pragma unroll
             for (int c = 0; c < T::kDimBlocks; ++c)
 #pragma unroll

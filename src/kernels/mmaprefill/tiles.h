@@ -17,9 +17,10 @@ struct TileShape {
 };
 
 // short_keys: the launch's rows see few keys (the launcher's rule), where a tile's share of
-// keys crossing the causal diagonal is large.
+// keys crossing the causal diagonal is large; serving: the kernel takes the serving options
+// (packed batches, softcapping, ALiBi), whose state takes registers.
 template <MatrixCore kCore>
-constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype, bool short_keys);
+constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype, bool short_keys, bool serving);
 
 constexpr bool operator==(const TileShape& a, const TileShape& b) {
     return a.consumers == b.consumers && a.block_keys == b.block_keys && a.stages == b.stages &&
@@ -34,13 +35,15 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // take 64-key tiles at d64 and d256, as wide as a consumer's rows: the tiles crossing the
 // diagonal are then each consumer's own 64 x 64 triangle, not wider tiles it sees in part,
 // which outweighs the narrower tiles' dearer steps there (d128's 128-key tiles already are two
-// consumers' rows; 64 is slower there).
+// consumers' rows; 64 is slower there). The serving options' kernel spills with d64's 112- and
+// 128-key tiles: it takes 96.
 template <>
-constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys) {
+constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, bool serving) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
     if (head_dim <= 64) {
         if (short_causal) return {3, 64, 3, 24, 160};
+        if (serving) return {3, 96, 2, 24, 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
     if (head_dim <= 128) return {2, 128, 2, 24, 240};
@@ -54,8 +57,8 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
 // product). With two V^T stages one barrier per key tile serves (d <= 128: 36-37 KiB); d256's
 // V^T fits once beside two K stages (53 KiB), so its V^T store waits for a second barrier.
 template <>
-constexpr TileShape tile_shape<MatrixCore::mfma>(int head_dim, bool causal, DType dtype, bool short_keys) {
-    (void)causal, (void)dtype, (void)short_keys;
+constexpr TileShape tile_shape<MatrixCore::mfma>(int head_dim, bool causal, DType dtype, bool short_keys, bool serving) {
+    (void)causal, (void)dtype, (void)short_keys, (void)serving;
     if (head_dim <= 64) return {4, 64, 2, 0, 0};
     if (head_dim <= 128) return {4, 32, 2, 0, 0};
     return {4, 32, 1, 0, 0};

@@ -28,6 +28,8 @@
 #include <type_traits>
 
 #include "kernels/common/fragment_softmax.h"
+#include "kernels/common/rows.h"
+#include "kernels/common/scoring.h"
 #include "kernels/common/tile_schedule.h"
 #include "kernels/config.h"
 #include "kernels/mma/wgmma.h"
@@ -38,12 +40,15 @@
 namespace fmha {
 namespace mmaprefill {
 
-// kShortKeys: the tile table's shape for launches whose rows see few keys.
-template <class Config, bool kShortKeys_>
+// kShortKeys: the tile table's shape for launches whose rows see few keys; kServing: the kernel
+// takes the serving options it has (packed batches, softcapping, ALiBi); launches without any
+// run the kernel compiled without them, whose code does not change with them.
+template <class Config, bool kShortKeys_, bool kServing_>
 struct WgmmaTraits {
-    static constexpr TileShape kShape =
-        tile_shape<MatrixCore::wgmma>(Config::head_dim, Config::mask == Mask::causal, Config::dtype, kShortKeys_);
+    static constexpr TileShape kShape = tile_shape<MatrixCore::wgmma>(Config::head_dim, Config::mask == Mask::causal,
+                                                                      Config::dtype, kShortKeys_, kServing_);
     static constexpr bool kShortKeys = kShortKeys_;
+    static constexpr bool kServing = kServing_;
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kConsumers = kShape.consumers;
     static constexpr int kBlockRows = kConsumers * wgmma::kRows;
@@ -98,14 +103,14 @@ struct Pipeline {
     __device__ static uint32_t parity(int slot) { return uint32_t(slot / T::kStages) & 1u; }
 };
 
-template <class Config, bool kShortKeys>
-__global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
+template <class Config, bool kShortKeys, bool kServing>
+__global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kThreads, 1)
     wgmma_kernel(const FwdParams p, const PrefillTiling tiling, const __grid_constant__ TensorMaps maps) {
-    using T = WgmmaTraits<Config, kShortKeys>;
+    using T = WgmmaTraits<Config, kShortKeys, kServing>;
     using P = Pipeline<T>;
     constexpr bool kCausal = Config::mask == Mask::causal;
     constexpr DType kDType = Config::dtype;
-    using Work = TileWork<kCausal>;
+    using Work = TileWork<kCausal, kServing>;
 
     extern __shared__ uint8_t shared_raw[];
     uint8_t* shared = reinterpret_cast<uint8_t*>(
@@ -151,8 +156,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
                 hopper::barrier_arrive_expect(full, T::kKVBytes);
                 for (int atom = 0; atom < T::kAtoms; ++atom)
                     hopper::tma_load_4d(destination + atom * T::kBlockKeys * wgmma::kRowBytes, v ? &maps.v : &maps.k,
-                                        atom * wgmma::kAtomColumns, work.first_key(i, T::kBlockKeys), tile.head_kv,
-                                        int(tile.batch), full);
+                                        atom * wgmma::kAtomColumns, work.kv_row(work.first_key(i, T::kBlockKeys)),
+                                        tile.head_kv, work.kv_batch(p), full);
             };
             load_kv(false, 0);
             hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u);
@@ -160,7 +165,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
                                           T::kAtoms * tiling.rows_per_head * tiling.heads_per_tile * wgmma::kRowBytes);
             for (int atom = 0; atom < T::kAtoms; ++atom)
                 hopper::tma_load_4d(q_tile + atom * T::kBlockRows * wgmma::kRowBytes, &maps.q, atom * wgmma::kAtomColumns,
-                                    tile.position0, tile.head0, int(tile.batch), pipe.q_full());
+                                    work.q_row(tile.position0), tile.head0, work.q_batch(p), pipe.q_full());
             load_kv(true, 0);
             for (int i = 1; i < work.key_tiles; ++i) {
                 load_kv(false, i);
@@ -180,6 +185,11 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
     const bool leader = thread % 32 == 0;      // arrives on "empty" barriers for its warp
     const float scale_log2 = p.scale * kLog2e;
     const auto row_of = [](int e) { return wgmma::row_half(e); };
+    // The scoring options (kServing): the rule, each row's ALiBi slope, and which of them the
+    // launch asks for (the main loop's steps are compiled for each, as for the mask).
+    FragmentScoring<2> scoring;
+    const bool capped = kServing && p.softcap != 0.f, biased = kServing && p.alibi_slopes != nullptr;
+    if constexpr (kServing) scoring.init(p.scale, p.softcap);
 
     float o[T::kHeadDim / 2];
     float s[T::kBlockKeys / 2];
@@ -220,6 +230,40 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
             wgmma_rs<T::kHeadDim, kDType, true>(o, probabilities[step], v.step(wgmma::n_major_step(step)), 1);
         hopper::wgmma_commit();
     };
+    // Key tile i's dot products as scores with softcapping (kCapped) and ALiBi (kBiased), in the
+    // log2 domain (the softmax then takes them with a scale of 1); elsewhere left as they are.
+    // ALiBi's |diagonal - key| as |base - slope column|, base per row and tile: no per-element
+    // integer conversion.
+    auto apply_scoring = [&](int i, auto kCapped, auto kBiased) {
+        if constexpr (decltype(kCapped)::value || decltype(kBiased)::value) {
+            const int k0 = keys.first_key(i, T::kBlockKeys) + 2 * (thread % 4);  // the thread's first column
+            float base[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) base[h] = scoring.slope_log2[h] * float(keys.diagonal[h] - k0);
+#pragma unroll
+            for (int e = 0; e < T::kBlockKeys / 2; ++e) {
+                const int h = wgmma::row_half(e);
+                const float y = s[e] * scoring.rule.dot_scale;
+                float x = decltype(kCapped)::value ? scoring.rule.cap_log2 * ScoreRule::tanh_from_exp2_argument(y) : y;
+                if constexpr (decltype(kBiased)::value)
+                    x -= fabsf(fmaf(-scoring.slope_log2[h], float(8 * (e / 4) + e % 2), base[h]));
+                s[e] = x;
+            }
+        }
+    };
+    // The softmax's scale: the raw dot products', or 1 for scores apply_scoring made.
+    auto softmax_scale = [&](auto kCapped, auto kBiased) {
+        return decltype(kCapped)::value || decltype(kBiased)::value ? 1.f : scale_log2;
+    };
+    // Calls step(kCapped, kBiased) with the launch's scoring options as compile-time flags.
+    auto with_scoring = [&](auto&& step) {
+        if constexpr (kServing) {
+            if (capped && biased) return step(std::true_type{}, std::true_type{});
+            if (capped) return step(std::true_type{}, std::false_type{});
+            if (biased) return step(std::false_type{}, std::true_type{});
+        }
+        return step(std::false_type{}, std::false_type{});
+    };
     // Masked keys of key tile i get -inf.
     auto apply_mask = [&](int i) {
         const int k0 = keys.first_key(i, T::kBlockKeys);
@@ -252,8 +296,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
     auto output_row = [&](int row) -> uint16_t* {
         const int head_in_tile = row / tiling.rows_per_head;
         if (head_in_tile >= work.tile.heads || !work.has_position(position_of(row))) return nullptr;
-        return static_cast<uint16_t*>(p.o) + work.tile.batch * p.o_strides.batch +
-               int64_t(work.tile.head0 + head_in_tile) * p.o_strides.head + int64_t(position_of(row)) * p.o_strides.row;
+        return static_cast<uint16_t*>(p.o) + int64_t(work.q_batch(p)) * p.o_strides.batch +
+               int64_t(work.tile.head0 + head_in_tile) * p.o_strides.head + int64_t(work.q_row(position_of(row))) * p.o_strides.row;
     };
     constexpr int kChunksPerRow = T::kHeadDim / 8;  // 16-byte chunks
 
@@ -275,6 +319,14 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) position[h] = position_of(row0 + wgmma::accumulator_position(thread, 2 * h).row);
             keys = KeyTiles<kCausal, 2>::of(work, tiling, row0, wgmma::kRows, p.window, position, T::kBlockKeys);
+            if constexpr (kServing) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = row0 + wgmma::accumulator_position(thread, 2 * h).row;
+                    const int head_in_tile = row / tiling.rows_per_head;
+                    scoring.set_row(h, p.alibi_slopes, work.tile.head0 + head_in_tile, head_in_tile < work.tile.heads);
+                }
+            }
         }
         softmax.init();
 #pragma unroll
@@ -306,15 +358,18 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
                 hopper::pin_registers(s);
                 hopper::barrier_arrive_if(pipe.k_empty(first), leader);
                 if (T::kOwnOutputRows) hopper::barrier_arrive_if(pipe.q_empty(), leader && keys.end - keys.begin == 1);
-                if (keys.needs_mask(keys.begin, T::kBlockKeys)) apply_mask(keys.begin);
                 float rescale[2];  // for O, before it takes the latest key tile's P.V
-                softmax.update(s, scale_log2, rescale, row_of);
+                with_scoring([&](auto kCapped, auto kBiased) {
+                    apply_scoring(keys.begin, kCapped, kBiased);
+                    if (keys.needs_mask(keys.begin, T::kBlockKeys)) apply_mask(keys.begin);
+                    softmax.update(s, softmax_scale(kCapped, kBiased), rescale, row_of);
+                });
                 pack_probabilities();
 
                 // Key tile i's scores and tile i-1's P.V, issued together; O is rescaled in
                 // between. Straight-line code from the issue to the last wait, the mask chosen
                 // outside it: ptxas waits for a running wgmma at the first branch after it.
-                auto overlapped_step = [&](int i, auto masked) {
+                auto overlapped_step = [&](int i, auto masked, auto kCapped, auto kBiased) {
                     const int stage = P::stage(slot + i), previous = P::stage(slot + i - 1);
                     hopper::barrier_wait(pipe.k_full(stage), P::parity(slot + i));
                     take_turn();
@@ -328,8 +383,9 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
                     hopper::barrier_arrive_if(pipe.k_empty(stage), leader);
                     if constexpr (T::kOwnOutputRows)  // the producer may load the next Q
                         hopper::barrier_arrive_if(pipe.q_empty(), leader && i == keys.end - 1);
+                    apply_scoring(i, kCapped, kBiased);
                     if constexpr (decltype(masked)::value) apply_mask(i);
-                    softmax.update(s, scale_log2, rescale, row_of);
+                    softmax.update(s, softmax_scale(kCapped, kBiased), rescale, row_of);
                     hopper::wgmma_wait<0>();  // P.V of tile i-1 is done: its registers are free
                     hopper::pin_registers(o);
                     pin_probabilities();
@@ -337,10 +393,12 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
                     pack_probabilities();
                 };
                 for (int i = keys.begin + 1; i < keys.end; ++i) {
-                    if (keys.needs_mask(i, T::kBlockKeys))
-                        overlapped_step(i, std::true_type{});
-                    else
-                        overlapped_step(i, std::false_type{});
+                    with_scoring([&](auto kCapped, auto kBiased) {
+                        if (keys.needs_mask(i, T::kBlockKeys))
+                            overlapped_step(i, std::true_type{}, kCapped, kBiased);
+                        else
+                            overlapped_step(i, std::false_type{}, kCapped, kBiased);
+                    });
                 }
 
                 const int last = P::stage(slot + keys.end - 1);
@@ -373,7 +431,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
                 const int row = row0 + wgmma::accumulator_position(thread, 2 * h).row;
                 if (thread % 4 == 0 && output_row(row)) {
                     const int head = work.tile.head0 + row / tiling.rows_per_head;
-                    p.lse[(work.tile.batch * p.heads_q + head) * p.seqlen_q + position_of(row)] = softmax.lse(h, total[h]);
+                    p.lse[lse_index<kServing>(p, work.tile.batch, head, position_of(row))] = softmax.lse(h, total[h]);
                 }
             }
         }
@@ -397,17 +455,17 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys>::kThreads, 1)
                 hopper::pack_pair<kDType>(o[e] * scale, o[e + 1] * scale);
         }
         // A TMA store where it writes only rows that exist: one head's rows, starting inside the
-        // sequence and ending inside it or cut off by the tensor's end. Elsewhere (GQA heads
-        // packed in a tile, either end of a sequence) the threads copy the rows that exist.
+        // sequence and ending inside it or cut off by the tensor's end (a padded batch's). Elsewhere
+        // (GQA heads packed in a tile, either end of a sequence) the threads copy the rows that exist.
         const int position0 = work.tile.position0 + row0;
         if (tiling.heads_per_tile == 1 && (!kCausal || position0 >= 0) &&
-            (position0 + wgmma::kRows <= work.len_q || work.len_q == p.seqlen_q)) {
+            (position0 + wgmma::kRows <= work.len_q || (!tiling.packed && work.len_q == p.seqlen_q))) {
             hopper::fence_async_shared();
             hopper::named_barrier_sync(epilogue, wgmma::kThreads);
             if (thread == 0) {
                 for (int atom = 0; atom < T::kAtoms; ++atom)
                     hopper::tma_store_4d(&maps.o, output_rows + (atom * T::kBlockRows + row0) * wgmma::kRowBytes,
-                                         atom * wgmma::kAtomColumns, position0, work.tile.head0, int(work.tile.batch));
+                                         atom * wgmma::kAtomColumns, work.q_row(position0), work.tile.head0, work.q_batch(p));
                 hopper::bulk_commit();
             }
         } else {

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Serving prefill on the device (a benchmark, not a test): packed variable-length batches
+through flash_attn_varlen_func against the same sequences as dense calls, and the scoring
+options (softcapping, ALiBi) against the same shape without them.
+
+Packed batches: each mix of prompt lengths (skewed: one long prompt among many short ones;
+uniform) runs as one flash_attn_varlen_func call on packed tokens, and as dense flash_attn_func
+calls, one per group of equal lengths (what the packed call should cost), and the dense calls
+through PyTorch's SDPA cuDNN and flash backends (the peers). Reported: milliseconds (median of
+alternating rounds), the packed call's ratio to the dense calls, and the memory the packed call
+allocates beyond its inputs, as a multiple of its output.
+
+Scoring options: fmha.exe on the issue's shapes with and without -softcapping-scale-bmm1 /
+-alibi, TFLOP/s and the ratio (its checks must say SUCCESS).
+
+    python3 benchmarks/serving_prefill.py [--fmha bin/fmha.exe] [--out results.md] [--rounds N]
+"""
+import argparse
+import datetime
+import re
+import socket
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import device_ms  # noqa: E402  (benchmarks/bench.py: CUDA-event timing)
+
+# (name, prompt lengths, heads, KV heads, head_dim, causal)
+MIXES = [
+    ("skewed 8k + 31 x 128", [8192] + [128] * 31, 32, 8, 128, True),
+    ("skewed 16k + 255 x 64", [16384] + [64] * 255, 32, 8, 128, True),
+    ("uniform 8 x 4k", [4096] * 8, 32, 8, 128, True),
+    ("uniform 8 x 4k, no mask", [4096] * 8, 32, 8, 128, False),
+    ("mixed 32 x 200..2000 d64", [200 + 58 * i for i in range(32)], 16, 16, 64, True),
+    ("skewed 4k + 63 x 300 d256", [4096] + [300] * 63, 16, 8, 256, True),
+]
+
+# (name, fmha.exe flags) pairs whose ratio is the options' cost; the first of each is the base.
+OPTION_CASES = [
+    ("d256 GQA 16/8 s4k causal bf16", ["-b", "1", "-h", "16", "-gqa", "8", "-s", "4096", "-d", "256", "-bf16",
+                                       "-causal-mask"], ["-softcapping-scale-bmm1", "50"]),
+    ("d128 s4k causal", ["-b", "1", "-h", "32", "-s", "4096", "-d", "128", "-causal-mask"], ["-alibi"]),
+    ("d64 b4 s2k", ["-b", "4", "-h", "16", "-s", "2048", "-d", "64"], ["-softcapping-scale-bmm1", "30", "-alibi"]),
+    ("d128 b2 s8k GQA 32/8", ["-b", "2", "-h", "32", "-gqa", "8", "-s", "8192", "-d", "128"], ["-alibi"]),
+]
+
+
+def packed_rows(mix, rounds, runs):
+    import torch
+    import torch.nn.functional as F
+    import fmha
+    name, lengths, heads, heads_kv, head_dim, causal = mix
+    torch.manual_seed(0)
+    total = sum(lengths)
+    q = torch.randn(total, heads, head_dim, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(total, heads_kv, head_dim, device="cuda", dtype=torch.float16) for _ in range(2))
+    cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).int()
+    packed = lambda: fmha.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=causal,
+                                                 strict=True)
+    # The dense calls: one per group of equal lengths, on [batch, seqlen, heads, d] copies made beforehand.
+    groups = {}
+    for b, n in enumerate(lengths):
+        groups.setdefault(n, []).append(b)
+    dense_inputs = []
+    for n, members in groups.items():
+        rows = torch.cat([torch.arange(int(cu[b]), int(cu[b]) + n, device="cuda") for b in members])
+        dense_inputs.append(tuple(t[rows].view(len(members), n, *t.shape[1:]) for t in (q, k, v)))
+    dense = lambda: [fmha.flash_attn_func(*x, causal=causal, strict=True) for x in dense_inputs]
+    sdpa_inputs = [tuple(t.transpose(1, 2).contiguous() for t in x) for x in dense_inputs]
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backends = {"cuDNN": SDPBackend.CUDNN_ATTENTION, "FA2": SDPBackend.FLASH_ATTENTION}
+
+    def sdpa(backend):
+        with sdpa_kernel([backend]):
+            return [F.scaled_dot_product_attention(*x, is_causal=causal, enable_gqa=heads != heads_kv)
+                    for x in sdpa_inputs]
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = packed()
+    torch.cuda.synchronize()
+    extra = (torch.cuda.max_memory_allocated() - before) / (out.numel() * out.element_size())
+    del out
+    times = {"packed": [], "dense": [], **{b: [] for b in backends}}
+    for _ in range(rounds):
+        times["packed"].append(device_ms(packed, runs))
+        times["dense"].append(device_ms(dense, runs))
+        for label, backend in backends.items():
+            try:
+                times[label].append(device_ms(lambda: sdpa(backend), runs))
+            except RuntimeError:
+                times[label].append(float("nan"))
+    ms = {key: statistics.median(value) for key, value in times.items()}
+    return (f"| {name} | {len(lengths)} | {total} | {ms['packed']:.3f} | {ms['dense']:.3f} | "
+            f"{ms['packed'] / ms['dense']:.3f} | {ms['cuDNN']:.3f} | {ms['FA2']:.3f} | {extra:.2f}x |")
+
+
+def fmha_tflops(exe, flags):
+    out = subprocess.run([exe] + flags + ["-runs", "30", "-v", "1"], capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    elapsed = re.search(r"Elapsed \.+: ([\d.]+) us \(.*\), ([\d.]+) Tflop/s", text)
+    checks = re.search(r"^Checks\.+: (\w+)", text, re.M)
+    kernel = re.search(r"^Kernel\.+: (\S+)", text, re.M)
+    if not elapsed:
+        return None, text
+    return (float(elapsed.group(1)), float(elapsed.group(2)), checks.group(1) if checks else "?",
+            kernel.group(1) if kernel else "?"), text
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fmha", default="bin/fmha.exe")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    import torch
+    lines = [f"Serving prefill, {torch.cuda.get_device_name()} ({socket.gethostname()}), "
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}; "
+             f"`python3 benchmarks/serving_prefill.py {' '.join(sys.argv[1:])}`", "",
+             "| packed mix (fp16) | sequences | tokens | packed ms | dense calls ms | packed / dense | "
+             "cuDNN dense ms | FA2 dense ms | packed call's allocation / output |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for mix in MIXES:
+        lines.append(packed_rows(mix, args.rounds, args.runs))
+        print(lines[-1], flush=True)
+    lines += ["", "| shape (fmha.exe) | options | plain TFLOP/s | with options | ratio | kernel | checks |",
+              "|---|---|---|---|---|---|---|"]
+    for name, base, options in OPTION_CASES:
+        plain, log_plain = fmha_tflops(args.fmha, base)
+        scored, log_scored = fmha_tflops(args.fmha, base + options)
+        if plain is None or scored is None:
+            print(log_plain, log_scored, file=sys.stderr)
+            lines.append(f"| {name} | {' '.join(options)} | failed | | | | |")
+            continue
+        lines.append(f"| {name} | `{' '.join(options)}` | {plain[1]:.1f} | {scored[1]:.1f} | "
+                     f"{scored[1] / plain[1]:.3f} | {scored[3]} | {plain[2]}/{scored[2]} |")
+        print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
