@@ -16,8 +16,10 @@ def test_fails(): assert 1 == 2, "the failure's own message"
 def _summary(tmp_path, suite):
     (tmp_path / "test_suite.py").write_text(suite)
     summary = tmp_path / "summary.txt"
+    # --rootdir: node ids relative to the suite's folder wherever the clone is (under /tmp too).
     run = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_suite.py"), "-p", "tests.pytest_summary",
-                          "--summary-file", str(summary), "-p", "no:cacheprovider"], cwd=_REPO, capture_output=True, text=True)
+                          "--summary-file", str(summary), "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+                         cwd=_REPO, capture_output=True, text=True)
     return run, summary.read_text()
 
 
