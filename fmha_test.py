@@ -135,14 +135,20 @@ def test_capi(gtest_results, case):
 # ---------------------------------------------------------------- kernels emulated on the host
 
 def _clang_for_emulation():
-    """A Clang that has the vector types and x86 _Float16 the emulation needs (15 or later)."""
+    """(clang, command) where clang has the vector types and x86 _Float16 the emulation needs (15
+    or later) and command(tool) is how to run a tool beside it: one on PATH, run as it is; else,
+    as root, the Debian 13 root's clang++-17, which builds and runs the emulation inside that root
+    (tools/trixie_hipcc.sh); None if neither."""
     for name in ("clang++-17", "clang++-16", "clang++-15", "clang++"):
         path = shutil.which(name)
         if path:
             version = re.search(r"clang version (\d+)", subprocess.run([path, "--version"], capture_output=True,
                                                                         text=True).stdout)
             if version and int(version.group(1)) >= 15:
-                return path
+                return path, lambda tool: [tool]
+    root = Path(os.environ.get("FMHA_CACHE", "/var/cache/fmha")) / "trixie"
+    if os.geteuid() == 0 and (root / "usr/bin/clang++-17").exists():
+        return "clang++-17", lambda tool: ["env", f"FMHA_TRIXIE_TOOL={tool}", str(REPO / "tools" / "trixie_hipcc.sh")]
     return None
 
 
@@ -151,15 +157,17 @@ def test_the_mfma_prefill_loop_matches_the_reference_in_host_emulation(tmp_path)
     (tests/emulation): each lane a thread, MFMA from the documented layouts."""
     clang = _clang_for_emulation()
     if not clang:
-        pytest.skip("no Clang 15 or later on PATH: the emulation needs its vector types and _Float16")
+        pytest.skip("no Clang 15 or later on PATH, nor the Debian 13 root's: the emulation needs its vector types "
+                    "and _Float16")
     if not (REPO / "generated" / "fmha_catalogue.h").exists():
         pytest.skip("generated/ is missing: run `make` first")
-    emulation, binary = REPO / "tests" / "emulation", tmp_path / "mfma_prefill"
-    build = subprocess.run([clang, "-std=c++20", "-O1", "-Wno-psabi", "-pthread", "-I", emulation, "-I", REPO / "src",
-                            "-I", REPO / "generated", emulation / "mfma_prefill.cpp", "-o", binary],
-                           capture_output=True, text=True, timeout=600)
+    (compiler, command), emulation = clang, REPO / "tests" / "emulation"
+    binary = tmp_path / "mfma_prefill"
+    build = subprocess.run(command(compiler) + ["-std=c++20", "-O1", "-Wno-psabi", "-pthread", "-I", emulation, "-I",
+                                                REPO / "src", "-I", REPO / "generated", emulation / "mfma_prefill.cpp",
+                                                "-o", binary], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr
-    run = subprocess.run([binary], capture_output=True, text=True, timeout=600)
+    run = subprocess.run(command(str(binary)), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and "all cases match the reference" in run.stdout, run.stdout + run.stderr
 
 

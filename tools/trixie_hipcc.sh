@@ -8,6 +8,8 @@
 # /var/cache/ccache, which every clone shares (CCACHE_BASEDIR: the clone's path is not hashed).
 # Needs root (unshare, mount, chroot), as `make deps` does.
 # Usage: trixie_hipcc.sh HIPCC-ARGS...   (the Makefile makes it the AMD build's compiler)
+# FMHA_TRIXIE_TOOL=COMMAND runs that command of the root instead (no ccache): the root's
+# clang++-17 builds and runs the MFMA loop's host emulation (fmha_test.py).
 set -eu
 project=$(cd "$(dirname "$0")/.." && pwd -P)
 root=${FMHA_CACHE:-/var/cache/fmha}/trixie
@@ -26,9 +28,10 @@ unshare --mount --propagation private sh -c '
     bind() { mkdir -p "$root$1" && mount --bind "$1" "$root$1"; }
     for dir in /dev /proc /tmp "$project" /usr/share/cmake*; do [ -d "$dir" ] && bind "$dir"; done
     case $cwd in /|/tmp|/tmp/*|"$project"|"$project"/*) ;; *) bind "$cwd" ;; esac
-    launcher=$(test -x "$root/usr/bin/ccache" && echo ccache || true)
+    tool=${FMHA_TRIXIE_TOOL:-hipcc}
+    launcher=$([ "$tool" = hipcc ] && test -x "$root/usr/bin/ccache" && echo ccache || true)
     exec chroot "$root" env CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR="$project" \
-        sh -c "cd \"\$1\" && shift && exec $launcher hipcc \"\$@\"" sh "$cwd" "$@"
+        sh -c "cd \"\$1\" && shift && exec $launcher $tool \"\$@\"" sh "$cwd" "$@"
 ' sh "$root" "$project" "$(pwd -P)" "$@" || status=$?
 if [ "$status" -eq 0 ] && [ -n "$depfile" ] && [ -f "$depfile" ]; then
     sed -i -E "s#(^|[[:space:]])/usr/#\1$root/usr/#g" "$depfile"
