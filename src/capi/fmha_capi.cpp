@@ -210,6 +210,10 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         if (checked == FMHA_OK) checked = check_tensor("v", t.v, t.v_strides);
         if (checked == FMHA_OK) checked = check_tensor("o", t.o, t.o_strides);
         if (checked != FMHA_OK) return checked;
+        if (p.layout == Layout::packed && (!t.cu_seqlens_q || !t.cu_seqlens_kv || t.total_q <= 0 || t.total_kv <= 0))
+            return fail(FMHA_INVALID_ARGUMENT, "problem.packed needs tensors.cu_seqlens_q and cu_seqlens_kv and "
+                                               "positive total_q and total_kv (got " + std::to_string(t.total_q) + ", " +
+                                               std::to_string(t.total_kv) + ")");
         Arch arch;
         if (const fmha_status status = catalogue_arch(plan->device, &arch); status != FMHA_OK) return status;
         if (arch != entry.key.arch)
@@ -229,10 +233,6 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         params.seqlens_kv = t.seqlens_kv;
         params.lse = t.lse;
         if (p.layout == Layout::packed) {
-            if (!t.cu_seqlens_q || !t.cu_seqlens_kv || t.total_q <= 0 || t.total_kv <= 0)
-                return fail(FMHA_INVALID_ARGUMENT, "problem.packed needs tensors.cu_seqlens_q and cu_seqlens_kv and "
-                                                   "positive total_q and total_kv (got " + std::to_string(t.total_q) +
-                                                   ", " + std::to_string(t.total_kv) + ")");
             params.cu_seqlens_q = t.cu_seqlens_q;
             params.cu_seqlens_kv = t.cu_seqlens_kv;
             params.total_q = t.total_q;

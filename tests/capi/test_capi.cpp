@@ -133,6 +133,13 @@ TEST(CApi, ForwardRejectsBadPlansAndTensors) {
     EXPECT_EQ(fmha_forward(&plan, &p, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
     EXPECT_NE(error().find("tensors.q_strides (1024, 4, 1024) must be non-negative multiples of 8"), std::string::npos)
         << error();
+
+    // Packed tokens need the sequences' places (before any device is asked).
+    fmha_problem packed = p;
+    packed.packed = 1;
+    EXPECT_EQ(fmha_forward(&plan, &packed, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "problem.packed needs tensors.cu_seqlens_q and cu_seqlens_kv and positive total_q and total_kv "
+                       "(got 0, 0)");
 }
 
 TEST(CApi, LastErrorIsPerThread) {
