@@ -27,8 +27,7 @@ namespace mmaprefill {
 // declines (mmaprefill/limits.h), and a tile count the 1-D grid holds.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr || p.page_size != 0,
-                                 p.cu_seqlens_q != nullptr || p.cu_seqlens_kv != nullptr};
+    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr || p.page_size != 0};
     const bool packed_alike = (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);  // Q and K/V
     return params_match<Config>(p) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
            !declined_option(matrix_core(Config::arch) == MatrixCore::wgmma, options);

@@ -9,15 +9,16 @@ namespace mmaprefill {
 // maximum of the scaled scores only for a positive scale.
 inline constexpr bool takes_scale(float scale) { return scale > 0.f; }
 
-// The run-time options a launch asks for (FwdParams), as the family's abilities see them.
+// The run-time options a launch asks for that the family's main loops may not apply (FwdParams;
+// packed batches both loops take).
 struct RunTimeOptions {
-    bool softcap, alibi, paged, packed;
+    bool softcap, alibi, paged;
 };
 
 // Why the family declines a launch with these options on archs whose main loop is `wgmma` (else
 // MFMA): what that loop does not apply yet; nullptr where it takes them. The one list that the
 // launcher's check and the heuristic's reasons (fmha.exe -v, the C ABI's errors) both read.
-// Both loops take packed batches; softcapping and ALiBi only the wgmma one so far.
+// Softcapping and ALiBi only the wgmma loop takes so far.
 inline const char* declined_option(bool wgmma, const RunTimeOptions& o) {
     if (o.softcap && !wgmma) return "the tensor-core family has no logit softcapping on MFMA yet (-softcapping-scale-bmm1)";
     if (o.alibi && !wgmma) return "the tensor-core family has no ALiBi on MFMA yet (-alibi)";
