@@ -41,7 +41,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
 
 
 _MAX_PLANS = 4096
-_plans = {}  # (device, dtype, sizes, causal, window, scale) -> Prepared, or the reason there is none
+_plans = {}  # (device, dtype, sizes, window sides, scale, packed) -> Prepared, or the reason there is none
 
 
 def _kernel_strides(t, packed=False):
@@ -78,24 +78,16 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None):
         return None, f"dtype {q.dtype}: the catalogue holds float16 and bfloat16 kernels"
     if dropout_p > 0:
         return None, f"dropout_p={dropout_p}: the kernels have no dropout yet"
-    if right > 0 or (right < 0 and left >= 0):
-        return None, (f"window_size ({left}, {right}): the kernels' sliding window is causal (right = 0); "
-                      "a window reaching past the diagonal is not one of them")
-    causal = right == 0
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_kv, heads_kv = k.shape[1], k.shape[2]
     if packed is not None:
         batch, seqlen_q, seqlen_kv = packed
-    if causal and seqlens_q is None and packed is None and seqlen_q > seqlen_kv:
-        return None, (f"causal with seqlen_q ({seqlen_q}) > seqlen_kv ({seqlen_kv}): the first rows see no key, "
-                      "which the kernels' validation rejects")
     try:
         library = _library.load()
     except OSError as error:
         return None, str(error)
-    window = min(left + 1, _INT32_MAX) if causal and left >= 0 else 0
-    key = (q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, causal, window, scale,
-           packed is not None)
+    key = (q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, _INT32_MAX),
+           min(right, _INT32_MAX), scale, packed is not None)
     prepared = _plans.get(key)
     if prepared is None:
         if len(_plans) >= _MAX_PLANS:  # e.g. a growing KV cache length: a new shape every step
@@ -112,11 +104,12 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None):
 
 
 def _plan(library, key, torch_device):
-    device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, causal, window, scale, packed = key
+    device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, packed = key
     sizes = (batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim)
     if any(size > _INT32_MAX for size in sizes):
         return f"sizes {sizes}: the kernels take 32-bit sizes"
-    problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, int(causal), window, scale,
+    masked = int(left >= 0 or right >= 0)  # FlashAttention's window_size; causal is (-1, 0)
+    problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, masked, left, right, scale,
                                int(packed))
     try:
         plan, reason = library.plan(problem, device)

@@ -9,7 +9,7 @@ import os
 import struct
 from pathlib import Path
 
-ABI_VERSION = 2  # FMHA_ABI_VERSION of the header these structures mirror
+ABI_VERSION = 3  # FMHA_ABI_VERSION of the header these structures mirror
 
 # fmha_status
 OK, INVALID_ARGUMENT, NO_KERNEL, NO_DEVICE, RUNTIME_ERROR = range(5)
@@ -22,8 +22,8 @@ _c_int32, _c_int64, _ptr = ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p
 class Problem(ctypes.Structure):
     """fmha_problem: the sizes and options that choose a kernel."""
     _fields_ = [("dtype", _c_int32), ("batch", _c_int32), ("heads_q", _c_int32), ("heads_kv", _c_int32),
-                ("seqlen_q", _c_int32), ("seqlen_kv", _c_int32), ("head_dim", _c_int32), ("causal", _c_int32),
-                ("window", _c_int32), ("scale", ctypes.c_float), ("packed", _c_int32)]
+                ("seqlen_q", _c_int32), ("seqlen_kv", _c_int32), ("head_dim", _c_int32), ("masked", _c_int32),
+                ("window_left", _c_int32), ("window_right", _c_int32), ("scale", ctypes.c_float), ("packed", _c_int32)]
 
 
 class Tensors(ctypes.Structure):

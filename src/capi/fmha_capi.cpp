@@ -56,8 +56,7 @@ fmha_status to_problem(const fmha_problem* c, Problem* p) {
     p->seqlen_q = c->seqlen_q;
     p->seqlen_kv = c->seqlen_kv;
     p->head_dim = c->head_dim;
-    p->causal = c->causal != 0;
-    p->window = c->window;
+    p->mask = c->masked ? AttentionMask::local(c->window_left, c->window_right) : AttentionMask::none();
     p->scale = c->scale;
     if (c->packed) p->layout = Layout::packed;
     std::string errors;

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a signature changes; callers check it before anything. */
-#define FMHA_ABI_VERSION 2
+#define FMHA_ABI_VERSION 3
 
 typedef enum fmha_status {
     FMHA_OK = 0,
@@ -39,8 +39,12 @@ typedef struct fmha_strides {
 typedef struct fmha_problem {
     int32_t dtype; /* fmha_dtype */
     int32_t batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim;
-    int32_t causal; /* bottom-right aligned: query i sees keys j <= i + len_kv - len_q */
-    int32_t window; /* causal only: the keys seen end at that diagonal and number at most this; 0 = no limit */
+    /* masked != 0: FlashAttention's window_size, query i sees keys j in [diag - window_left,
+     * diag + window_right], diag = i + len_kv - len_q (bottom-right aligned), -1 = unbounded on
+     * that side; causal is (-1, 0). masked == 0 (a zeroed struct): no mask. A row that sees no
+     * key yields zeros and an LSE of -inf. */
+    int32_t masked;
+    int32_t window_left, window_right;
     float scale;    /* softmax scale on Q.K^T; 0 = 1/sqrt(head_dim) */
     int32_t packed; /* packed variable-length tokens (FlashAttention's varlen): tensors.cu_seqlens_* place
                        the sequences; seqlen_q and seqlen_kv are then the longest sequence's */

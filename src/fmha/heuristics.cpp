@@ -48,9 +48,9 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
     if (key.head_dim != p.head_dim)
         misfits.push_back("its head_dim is " + std::to_string(key.head_dim) + ", the problem's " + std::to_string(p.head_dim) +
                           " (-d " + std::to_string(key.head_dim) + ")");
-    if (key.mask != p.mask())
-        misfits.push_back(std::string("its mask is ") + token(key.mask) + ", the problem's " + token(p.mask()) +
-                          (key.mask == Mask::causal ? " (-causal-mask)" : " (no -causal-mask or -sliding-window-size)"));
+    if (key.mask != p.mask.kernel_mask())
+        misfits.push_back(std::string("its mask is ") + token(key.mask) + ", the problem's " + token(p.mask.kernel_mask()) +
+                          (key.mask == Mask::causal ? " (-causal-mask or a window)" : " (no -causal-mask or window)"));
     if (key.family == Family::mmaprefill && !mmaprefill::takes_scale(p.softmax_scale()))
         misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
     if (key.family == Family::mmaprefill) {
@@ -74,7 +74,7 @@ Selection select_kernel(const Problem& p, Arch arch) {
     for (const FamilyChoice& choice : family_preference(p)) {
         std::string why_not = "no kernel for it in this build";
         for (HeadsKind heads : {p.heads_kind(), HeadsKind::gqa}) {
-            const KernelEntry* entry = find_kernel({p.dtype, p.head_dim, heads, p.mask(), choice.family, arch});
+            const KernelEntry* entry = find_kernel({p.dtype, p.head_dim, heads, p.mask.kernel_mask(), choice.family, arch});
             if (!entry || !kernel_supports(entry->key, p, &why_not)) continue;
             std::string reason = std::string(token(choice.family)) + " family, " + choice.why + passed_over + "; " +
                                  kFamilyDescriptions[static_cast<int>(choice.family)];
@@ -95,7 +95,7 @@ bool catalogue_covers(const Problem& p) {
 std::vector<std::string> nearest_kernels(const Problem& p, size_t count) {
     // Distance: dtype and mask mismatches weigh most, then head_dim difference, then heads.
     auto distance = [&](const KernelKey& k) {
-        return (k.dtype != p.dtype) * 100000 + (k.mask != p.mask()) * 50000 + std::abs(k.head_dim - p.head_dim) * 10 +
+        return (k.dtype != p.dtype) * 100000 + (k.mask != p.mask.kernel_mask()) * 50000 + std::abs(k.head_dim - p.head_dim) * 10 +
                !heads_fit(k.heads, p) * 2 + (k.heads != p.heads_kind());
     };
     std::vector<const KernelEntry*> entries;
@@ -130,7 +130,7 @@ std::string regenerate_advice(const Problem& p, std::optional<Arch> arch) {
     if (!table_has([&](const KernelKey& k) { return k.dtype == p.dtype; })) options += std::string(" --dtypes ") + token(p.dtype);
     if (!table_has([&](const KernelKey& k) { return k.head_dim == p.head_dim; })) options += " --head-dims " + std::to_string(p.head_dim);
     if (!table_has([&](const KernelKey& k) { return heads_fit(k.heads, p); })) options += std::string(" --heads ") + token(p.heads_kind());
-    if (!table_has([&](const KernelKey& k) { return k.mask == p.mask(); })) options += std::string(" --masks ") + token(p.mask());
+    if (!table_has([&](const KernelKey& k) { return k.mask == p.mask.kernel_mask(); })) options += std::string(" --masks ") + token(p.mask.kernel_mask());
     if (arch && !table_has([&](const KernelKey& k) { return k.arch == *arch; })) options += std::string(" --archs ") + token(*arch);
     if (options.empty())
         return std::string("this build's selection ") + catalogue_selection() +

@@ -14,6 +14,16 @@ struct TensorStrides {
     int64_t row;
 };
 
+// The keys a query row of a masked kernel sees around its diagonal, diagonal = i + len_kv - len_q
+// for query i of a sequence (bottom-right aligned): keys j with
+//   diagonal - left <= j <= diagonal + right.
+// An unbounded side holds the largest sequence size there (left: seqlen_kv, right: seqlen_q),
+// which bounds nothing. Causal is right = 0; FMHA_v2's sliding window of w keys is left = w - 1.
+struct KeyWindow {
+    int left;
+    int right;
+};
+
 struct FwdParams {
     const void* q;
     const void* k;
@@ -44,10 +54,7 @@ struct FwdParams {
     int total_kv;  // packed: rows of K and V
 
     float scale;         // softmax scale applied to Q.K^T (default 1/sqrt(head_dim))
-    // Causal kernels: query i of a sequence sees key j iff
-    //   i + (len_kv - len_q) - window < j <= i + (len_kv - len_q)   (bottom-right aligned);
-    // window >= len_kv means plain causal.
-    int window;
+    KeyWindow window;    // masked kernels' rule (kernels without a mask see every key)
 
     // Optional output (nullptr: not written): each query row's softmax log-sum-exp in natural
     // log, log(sum_j exp(scale * q.k_j)) over the keys it sees, fp32, contiguous

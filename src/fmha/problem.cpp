@@ -37,10 +37,6 @@ float Problem::softmax_scale() const {
     return scale != 0.f ? scale : 1.f / std::sqrt(static_cast<float>(head_dim));
 }
 
-int Problem::effective_window() const {
-    return window > 0 ? std::min(window, seqlen_kv) : seqlen_kv;
-}
-
 std::vector<std::string> Problem::validate() const {
     std::vector<std::string> errors;
     auto positive = [&](const char* what, int value) {
@@ -58,12 +54,9 @@ std::vector<std::string> Problem::validate() const {
     if (heads_q % heads_kv != 0)
         errors.push_back("heads (" + std::to_string(heads_q) + ") must be a multiple of KV heads (" +
                          std::to_string(heads_kv) + ")");
-    if (causal && seqlen_q > seqlen_kv)
-        errors.push_back("causal mask with seqlen_q (" + std::to_string(seqlen_q) + ") > seqlen_kv (" +
-                         std::to_string(seqlen_kv) + "): bottom-right alignment leaves the first " +
-                         std::to_string(seqlen_q - seqlen_kv) + " query rows no key to attend to");
-    if (window < 0) errors.push_back("sliding window size must be positive (got " + std::to_string(window) + ")");
-    if (window > 0 && !causal) errors.push_back("a sliding window needs the causal mask");
+    if (mask.left < -1 || mask.right < -1)
+        errors.push_back("window sides must be >= 0, or -1 for unbounded (got left " + std::to_string(mask.left) +
+                         ", right " + std::to_string(mask.right) + ")");
     if (!std::isfinite(scale)) errors.push_back("softmax scale (-scale-bmm1) must be finite");
     if (!std::isfinite(softcap) || softcap < 0.f)
         errors.push_back("softcap (-softcapping-scale-bmm1) must be a finite number >= 0 (0: off)");
@@ -87,8 +80,7 @@ std::string Problem::describe() const {
     std::ostringstream s;
     s << "b=" << batch << " h=" << heads_q << " h_kv=" << heads_kv << " (" << token(heads_kind())
       << ") s_q=" << seqlen_q << " s_kv=" << seqlen_kv << " d=" << head_dim << " " << token(dtype) << " "
-      << (causal ? "causal (bottom-right)" : "no mask");
-    if (window > 0) s << " window=" << window;
+      << mask.describe();
     s << " scale=" << softmax_scale() << " layout=" << layout_token(layout);
     if (softcap != 0.f) s << " softcap=" << softcap;
     if (alibi) s << " alibi";
@@ -165,7 +157,7 @@ FwdParams shape_params(const Problem& p) {
     params.seqlen_kv = p.seqlen_kv;
     params.head_dim = p.head_dim;
     params.scale = p.softmax_scale();
-    params.window = p.effective_window();
+    params.window = p.mask.keys(p.seqlen_q, p.seqlen_kv);
     params.softcap = p.softcap;
     params.page_size = p.page_size;
     params.total_q = int(p.total_q);
@@ -176,18 +168,19 @@ FwdParams shape_params(const Problem& p) {
 
 namespace {
 
-template <bool kCausal>
-KeyRange keys_seen(int first_row, int last_row, int len_q, int len_kv, int window) {
+template <bool kMasked>
+KeyRange keys_seen(int first_row, int last_row, int len_q, int len_kv, KeyWindow window) {
     int lo, hi;
-    KeyMask<kCausal>::of(len_q, len_kv, window).key_range(first_row, last_row, lo, hi);
+    KeyMask<kMasked>::of(len_q, len_kv, window).key_range(first_row, last_row, lo, hi);
     return {lo, hi - 1};
 }
 
 }  // namespace
 
 KeyRange visible_keys(const Problem& p, int first_row, int last_row, int len_q, int len_kv) {
-    return p.causal ? keys_seen<true>(first_row, last_row, len_q, len_kv, p.effective_window())
-                    : keys_seen<false>(first_row, last_row, len_q, len_kv, p.effective_window());
+    const KeyWindow window = p.mask.keys(p.seqlen_q, p.seqlen_kv);
+    return p.mask.bounded() ? keys_seen<true>(first_row, last_row, len_q, len_kv, window)
+                            : keys_seen<false>(first_row, last_row, len_q, len_kv, window);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "fmha/attention_mask.h"
 #include "fmha/kernel_key.h"
 #include "fmha/params.h"
 
@@ -29,8 +30,7 @@ struct Problem {
     int seqlen_q = 1;
     int seqlen_kv = 1;
     int head_dim = 64;
-    bool causal = false;
-    int window = 0;       // causal sliding window in keys; 0 = none
+    AttentionMask mask;   // none by default
     float scale = 0.f;    // 0 = 1/sqrt(head_dim)
     Layout layout = Layout::bhsd;
     // Serving options (FwdParams states their rule): logit softcapping with this cap (0 = off),
@@ -44,9 +44,7 @@ struct Problem {
 
     HeadsKind heads_kind() const;
     bool paged() const { return page_size > 0; }
-    Mask mask() const { return causal ? Mask::causal : Mask::nomask; }
     float softmax_scale() const;
-    int effective_window() const;  // the window FwdParams carries (>= seqlen_kv when none)
 
     // Human-readable reasons the problem is not valid; empty when it is.
     std::vector<std::string> validate() const;

@@ -38,7 +38,7 @@ inline bool params_match(const FwdParams& p) {
         return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
     };
     return heads_ok && p.head_dim == Config::head_dim && p.batch > 0 && p.heads_q > 0 && p.seqlen_q > 0 &&
-           p.seqlen_kv > 0 && p.window > 0 && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
+           p.seqlen_kv > 0 && p.window.left >= 0 && p.window.right >= 0 && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
            aligned(p.v, p.v_strides) && aligned(p.o, p.o_strides);
 }
 

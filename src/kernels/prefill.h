@@ -72,7 +72,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
     using Numeric = DTypeTraits<Config::dtype>;
     using G = Group<T::kGroupWidth>;
     constexpr int R = T::kRowsPerGroup;
-    constexpr bool kCausal = Config::mask == Mask::causal;
+    constexpr bool kMasked = Config::mask == Mask::causal;
 
     // uint4 storage keeps the tiles 16-byte aligned on both platforms.
     __shared__ uint4 q_storage[T::kBlockRows * T::kSmemStride / T::kVec];
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
                                             p.page_size, batch, head_kv);
 
         // Keys any row of this tile sees.
-        const KeyMask<kCausal> mask = KeyMask<kCausal>::of(len_q, len_kv, p.window);
+        const KeyMask<kMasked> mask = KeyMask<kMasked>::of(len_q, len_kv, p.window);
         int kv_begin, kv_end;
         mask.key_range(q0, q0 + T::kBlockRows - 1, kv_begin, kv_end);
 
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
                 for (int t = 0; t < T::kKeysPerLane; ++t) {
                     const int key = k0 + t * T::kGroupWidth + lane;
                     const float s = kOptions ? scoring.log2_score(score[r][t], key) : score[r][t] * scale_log2;
-                    score[r][t] = key < kv_end && row.sees<kCausal>(key, p.window) ? s : -INFINITY;
+                    score[r][t] = key < kv_end && row.sees<kMasked>(key, p.window) ? s : -INFINITY;
                 }
             }
 

@@ -21,8 +21,9 @@ hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, ui
 // out: fp32 [batch, heads_q, seqlen_q, head_dim], contiguous. Rows past a sequence's length
 // (variable lengths) are written as zeros. lse (optional): each row's softmax log-sum-exp in
 // natural log, fp32 [batch, heads_q, seqlen_q]; -inf for a row that sees no key, and for rows
-// past a sequence's length.
-hipError_t reference_forward(const FwdParams& params, DType dtype, bool causal, float* out, float* lse = nullptr,
+// past a sequence's length. The mask is params.window's, applied always (FwdParams::window:
+// a problem without a mask has both sides unbounded).
+hipError_t reference_forward(const FwdParams& params, DType dtype, float* out, float* lse = nullptr,
                              hipStream_t stream = nullptr);
 
 struct Tolerance {

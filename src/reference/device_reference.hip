@@ -54,7 +54,7 @@ __device__ inline int64_t row_offset(const TensorStrides& s, const int* cu_seqle
 constexpr int kChunk = 64;
 
 template <DType kDType>
-__global__ void reference_kernel(const FwdParams p, bool causal, float* out, float* lse) {
+__global__ void reference_kernel(const FwdParams p, float* out, float* lse) {
     const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
     for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < rows; row += int64_t(gridDim.x) * blockDim.x) {
         const int i = int(row % p.seqlen_q);
@@ -63,12 +63,11 @@ __global__ void reference_kernel(const FwdParams p, bool causal, float* out, flo
         float* o = out + row * p.head_dim;
         const int len_q = length_of(p.seqlens_q, p.cu_seqlens_q, b, p.seqlen_q);
         const int len_kv = length_of(p.seqlens_kv, p.cu_seqlens_kv, b, p.seqlen_kv);
-        int first = 0, last = len_kv - 1;
-        if (causal) {
-            const int diagonal = i + len_kv - len_q;
-            first = max(0, diagonal - p.window + 1);
-            last = min(last, diagonal);
-        }
+        // The window around the bottom-right diagonal (FwdParams::window; a problem without a mask
+        // has both sides unbounded), worked out here rather than taken from kernels/common/mask.h.
+        const int diagonal = i + len_kv - len_q;
+        const int first = max(0, diagonal - p.window.left);
+        const int last = min(len_kv - 1, diagonal + p.window.right);
         if (i >= len_q || last < first) {
             for (int c = 0; c < p.head_dim; ++c) o[c] = 0.f;
             if (lse) lse[row] = -INFINITY;
@@ -176,9 +175,9 @@ struct FillLaunch {
 
 template <DType kDType>
 struct ReferenceLaunch {
-    static hipError_t run(const FwdParams& p, bool causal, float* out, float* lse, hipStream_t stream) {
+    static hipError_t run(const FwdParams& p, float* out, float* lse, hipStream_t stream) {
         const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-        reference_kernel<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, causal, out, lse);
+        reference_kernel<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, out, lse);
         return hipGetLastError();
     }
 };
@@ -199,9 +198,8 @@ hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, ui
     return dispatch<FillLaunch>(dtype, data, count, key, range, stream);
 }
 
-hipError_t reference_forward(const FwdParams& params, DType dtype, bool causal, float* out, float* lse,
-                             hipStream_t stream) {
-    return dispatch<ReferenceLaunch>(dtype, params, causal, out, lse, stream);
+hipError_t reference_forward(const FwdParams& params, DType dtype, float* out, float* lse, hipStream_t stream) {
+    return dispatch<ReferenceLaunch>(dtype, params, out, lse, stream);
 }
 
 Tolerance default_tolerance(DType dtype) {

@@ -23,11 +23,11 @@ std::vector<float> host_reference(const Problem& p, const SeqLens& lens, const s
             const float* v_head = &v[((b * p.heads_kv + hk) * p.seqlen_kv) * d];
             for (int64_t i = 0; i < len_q; ++i) {
                 const float* q_row = &q[((b * p.heads_q + h) * p.seqlen_q + i) * d];
-                // Bottom-right causal with an optional window, worked out here rather than taken
-                // from the kernels' rule (kernels/common/mask.h), so that the check is independent.
+                // The window around the bottom-right diagonal (-1: unbounded), worked out here rather
+                // than taken from the kernels' rule (kernels/common/mask.h), so that the check is independent.
                 const int64_t diagonal = i + len_kv - len_q;
-                const int64_t first = p.causal ? std::max<int64_t>(0, diagonal - p.effective_window() + 1) : 0;
-                const int64_t last = p.causal ? std::min(len_kv - 1, diagonal) : len_kv - 1;
+                const int64_t first = p.mask.left < 0 ? 0 : std::max<int64_t>(0, diagonal - p.mask.left);
+                const int64_t last = p.mask.right < 0 ? len_kv - 1 : std::min<int64_t>(len_kv - 1, diagonal + p.mask.right);
                 if (last < first) continue;
                 double row_max = -INFINITY;
                 for (int64_t j = first; j <= last; ++j) {

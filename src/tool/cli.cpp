@@ -38,16 +38,19 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
     bool mqa = false;
     bool paged = false;
     int page_size = 64;   // with -paged-kv
+    bool causal = false;
+    int window = 0, window_left = -1, window_right = -1;  // -sliding-window-size, -window-left/-right
 
     // Flags that take an integer: where the value goes.
     const std::map<std::string, int*> int_flags = {
         {"-b", &p.batch}, {"-h", &p.heads_q}, {"-d", &p.head_dim}, {"-s", &p.seqlen_kv}, {"-s-q", &seqlen_q},
-        {"-min-s", &o.min_seqlen}, {"-gqa", &heads_kv}, {"-sliding-window-size", &p.window}, {"-runs", &o.runs},
+        {"-min-s", &o.min_seqlen}, {"-gqa", &heads_kv}, {"-sliding-window-size", &window}, {"-runs", &o.runs},
         {"-warm-up-runs", &o.warm_up_runs}, {"-v", &o.verbose}, {"-page-size", &page_size},
+        {"-window-left", &window_left}, {"-window-right", &window_right},
     };
     const std::map<std::string, std::function<void()>> switches = {
         {"-fp16", [&] { p.dtype = DType::fp16; }},  {"-bf16", [&] { p.dtype = DType::bf16; }},
-        {"-causal-mask", [&] { p.causal = true; }}, {"-mqa", [&] { mqa = true; }},
+        {"-causal-mask", [&] { causal = true; }}, {"-mqa", [&] { mqa = true; }},
         {"-skip-checks", [&] { o.skip_checks = true; }}, {"-list", [&] { o.list = true; }},
         {"-lse", [&] { o.lse = true; }},           {"-alibi", [&] { p.alibi = true; }},
         {"-paged-kv", [&] { paged = true; }},
@@ -124,15 +127,28 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
     if (paged && page_size <= 0)  // 0 would mean contiguous K/V in Problem
         parsed.errors.push_back("-page-size must be a power of two from 16 to 256 (got " + std::to_string(page_size) + ")");
     if (paged) p.page_size = page_size;  // Problem::validate checks the rest
-    if (p.window != 0) p.causal = true;  // as in FMHA_v2, a sliding window implies the causal mask
+    // The mask: FMHA_v2's flags (a sliding window implies the causal mask) or FlashAttention's
+    // two sides; the causal mask fixes the right side at 0.
+    if (given.count("-sliding-window-size") && (given.count("-window-left") || given.count("-window-right")))
+        parsed.errors.push_back("-sliding-window-size and -window-left/-window-right disagree: give one");
+    if (causal && window_right > 0)
+        parsed.errors.push_back("-causal-mask and -window-right " + std::to_string(window_right) + " disagree (causal is right 0)");
+    for (const char* flag : {"-window-left", "-window-right"}) {
+        const int side = std::string(flag) == "-window-left" ? window_left : window_right;
+        if (given.count(flag) && side < -1)
+            parsed.errors.push_back(std::string(flag) + " must be >= 0, or -1 for unbounded (got " + std::to_string(side) + ")");
+    }
+    p.mask = given.count("-sliding-window-size") || causal ? AttentionMask::causal(window) : AttentionMask::none();
+    if (given.count("-window-left")) p.mask.left = window_left;
+    if (given.count("-window-right") && !causal) p.mask.right = window_right;
     if (o.runs < 1) parsed.errors.push_back("-runs must be at least 1 (got " + std::to_string(o.runs) + ")");
     if (o.warm_up_runs < 0) parsed.errors.push_back("-warm-up-runs must be >= 0 (got " + std::to_string(o.warm_up_runs) + ")");
     if (given.count("-min-s") && (o.min_seqlen < 1 || o.min_seqlen > p.seqlen_kv))
         parsed.errors.push_back("-min-s must be in [1, s] = [1, " + std::to_string(p.seqlen_kv) + "] (got " +
                                 std::to_string(o.min_seqlen) + ")");
     if (o.verbose < 0 || o.verbose > 2) parsed.errors.push_back("-v must be 0, 1 or 2 (got " + std::to_string(o.verbose) + ")");
-    if (given.count("-sliding-window-size") && p.window < 1)
-        parsed.errors.push_back("-sliding-window-size must be positive (got " + std::to_string(p.window) + ")");
+    if (given.count("-sliding-window-size") && window < 1)
+        parsed.errors.push_back("-sliding-window-size must be positive (got " + std::to_string(window) + ")");
     if (given.count("-fp16") && given.count("-bf16")) parsed.errors.push_back("-fp16 and -bf16 disagree: give one");
     if (o.list) {  // -list describes no problem: any other flag is a mistake, not something to ignore
         std::string others;
@@ -161,6 +177,10 @@ Problem (defaults in brackets):
                           sees keys j <= i + seqlen_kv - seqlen_q (as FlashAttention 2.1+)
   -sliding-window-size N  causal with a window, N >= 1: query i sees only the N keys ending at its
                           diagonal (implies -causal-mask)
+  -window-left L, -window-right R
+                          local attention as FlashAttention's window_size=(L, R): query i sees keys
+                          j in [diag - L, diag + R], diag = i + seqlen_kv - seqlen_q; -1: unbounded
+                          [-1]; with -causal-mask, R is 0. A row that sees no key yields zeros
   -scale-bmm1 X           softmax scale, a finite non-zero fp32 number [1/sqrt(d) when left out]
   -layout L               bhsd: Q [b,h,s,d], K/V [b,h_kv,s_kv,d] (default); bshd: token-major
                           [b,s,h,d]; qkv-packed: one [b,s,3,h,d] buffer (needs s-q = s, no GQA);

@@ -212,8 +212,8 @@ void save_tensors(const Options& o, const TensorSet& set, const Reference* refer
          << "  \"logical_layout\": \"" << (packed ? "q, k, v, o: [tokens, heads, head_dim], sequence b at rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1; lse [heads, tokens]; reference: [batch, heads, seq, head_dim]" : "[batch, heads, seq, head_dim]") << "\",\n  \"run_layout\": \"" << layout_token(p.layout) << "\",\n"
          << "  \"batch\": " << p.batch << ", \"heads_q\": " << p.heads_q << ", \"heads_kv\": " << p.heads_kv << ",\n"
          << "  \"seqlen_q\": " << p.seqlen_q << ", \"seqlen_kv\": " << p.seqlen_kv << ", \"head_dim\": " << p.head_dim << ",\n"
-         << "  \"scale\": " << p.softmax_scale() << ",\n  \"causal\": " << (p.causal ? "true" : "false")
-         << ",\n  \"window\": " << p.window << ",\n"
+         << "  \"scale\": " << p.softmax_scale() << ",\n  \"window_left\": " << p.mask.left
+         << ", \"window_right\": " << p.mask.right << ",\n"
          << "  \"softcap\": " << p.softcap << ", \"alibi\": " << (p.alibi ? "true" : "false")
          << ", \"page_size\": " << p.page_size << ",\n"
          << "  \"score_rule\": \"s = scale * q.k; if softcap: s = softcap * tanh(s / softcap); if alibi: s -= alibi_slopes[h] * |i + len_kv - len_q - j|\",\n"
@@ -221,7 +221,7 @@ void save_tensors(const Options& o, const TensorSet& set, const Reference* refer
          << "  \"seqlens_q\": " << (lens.q.empty() ? "null" : list(lens.q)) << ",\n"
          << "  \"seqlens_kv\": " << (lens.kv.empty() ? "null" : list(lens.kv)) << ",\n"
          << "  \"lse\": " << (set.lse ? "\"natural log, [batch, heads_q, seqlen_q]; rows past a sequence's length are not written (NaN)\"" : "null") << ",\n"
-         << "  \"causal_rule\": \"query i sees key j iff i + len_kv - len_q - window < j <= i + len_kv - len_q (window 0: no lower bound)\"\n}\n";
+         << "  \"mask_rule\": \"query i sees key j iff i + len_kv - len_q - window_left <= j <= i + len_kv - len_q + window_right (-1: that side unbounded)\"\n}\n";
     if (!meta) throw EnvironmentError("cannot write " + o.save_dir + "/meta.json");
 }
 
@@ -255,7 +255,7 @@ bool print_check(const char* label, const CompareResult& result, const Tolerance
 bool check_against_reference(const Problem& p, const FwdParams& params, Reference& reference, float* reference_ms) {
     float* lse = reference.lse ? reference.lse->get<float>() : nullptr;
     *reference_ms = device_ms("running the reference", [&] {
-        check(reference_forward(params, p.dtype, p.causal, reference.o.get<float>(), lse), "launching the reference");
+        check(reference_forward(params, p.dtype, reference.o.get<float>(), lse), "launching the reference");
     });
     const Tolerance tol = default_tolerance(p.dtype);
     CompareResult result;

@@ -77,9 +77,9 @@ TEST(CApi, PlanRejectsNullAndInvalidProblems) {
     EXPECT_NE(error().find("must be positive (got 0)"), std::string::npos) << error();
 
     p = valid_problem();
-    p.window = 16;  // a window without the causal mask
+    p.masked = 1, p.window_left = -2, p.window_right = 0;
     EXPECT_EQ(fmha_plan_forward(&p, 0, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);
-    EXPECT_NE(error().find("sliding window needs the causal mask"), std::string::npos) << error();
+    EXPECT_NE(error().find("window sides must be >= 0, or -1 for unbounded (got left -2"), std::string::npos) << error();
 
     p = valid_problem();
     EXPECT_EQ(fmha_plan_forward(&p, -1, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);

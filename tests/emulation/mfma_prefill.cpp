@@ -25,7 +25,8 @@ template <DType kDType>
 float from16(uint16_t v) { return DTypeTraits<kDType>::unpack1(v); }
 
 struct Case {
-    int batch, hq, hkv, sq, skv, window;
+    int batch, hq, hkv, sq, skv;
+    int left, right;  // the window's sides (-1: unbounded); causal is (-1, 0)
     bool varlen, lse;
     int layout;  // 0: [batch, heads, seq, d]; 1: [batch, seq, heads, d]; 2: packed [tokens, heads, d] (varlen)
     int blocks;  // the grid (blocks take tiles in rounds)
@@ -34,7 +35,7 @@ struct Case {
 template <class Config>
 bool run(const Case& c, unsigned seed) {
     constexpr DType kD = Config::dtype;
-    constexpr bool kCausal = Config::mask == Mask::causal;
+    constexpr bool kMasked = Config::mask == Mask::causal;
     const int d = Config::head_dim;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -67,10 +68,10 @@ bool run(const Case& c, unsigned seed) {
         p.total_q = cu_q.back(), p.total_kv = cu_kv.back();
     }
     p.scale = 1.f / std::sqrt(float(d));
-    p.window = c.window;
+    p.window = {c.left < 0 ? c.skv : c.left, c.right < 0 ? c.sq : c.right};
     p.lse = c.lse ? lse.data() : nullptr;
     // As mmaprefill.h's tiling_of (whose header needs the HIP runtime) makes it for AMD.
-    const PrefillTiling tiling = PrefillTiling::of(p, mmaprefill::MfmaTraits<Config>::kBlockRows, kCausal, 0, 0);
+    const PrefillTiling tiling = PrefillTiling::of(p, mmaprefill::MfmaTraits<Config>::kBlockRows, kMasked, 0, 0);
     const int blocks = int(std::min<int64_t>(tiling.units, c.blocks));
     gridDim.x = blocks;
     for (int block = 0; block < blocks; ++block) {
@@ -103,7 +104,7 @@ bool run(const Case& c, unsigned seed) {
                 std::vector<double> s(lkv[b]);
                 double m = -INFINITY;
                 for (int j = 0; j < lkv[b]; ++j) {
-                    const bool sees = !kCausal || (j <= diag && j > diag - c.window);
+                    const bool sees = !kMasked || ((c.right < 0 || j <= diag + c.right) && (c.left < 0 || j >= diag - c.left));
                     if (!sees) { s[j] = -INFINITY; continue; }
                     double dot = 0;
                     for (int x = 0; x < d; ++x)
@@ -133,10 +134,10 @@ bool run(const Case& c, unsigned seed) {
         }
     const double tolerance = kD == DType::fp16 ? 1e-2 : 3e-2;
     const bool ok = worst < tolerance && worst_lse < 1e-3 && untouched_bad == 0;
-    std::printf("%s d%d %s b%d h%d/%d s%d/%d window %d%s%s layout %d, %d blocks for %lld tiles of %d head(s): "
+    std::printf("%s d%d %s b%d h%d/%d s%d/%d window (%d, %d)%s%s layout %d, %d blocks for %lld tiles of %d head(s): "
                 "max |error| %.1e, LSE %.1e, rows past a sequence written %d: %s\n",
-                kD == DType::fp16 ? "fp16" : "bf16", d, kCausal ? "causal" : "nomask", c.batch, c.hq, c.hkv, c.sq, c.skv,
-                c.window, c.varlen ? " varlen" : "", c.lse ? " lse" : "", c.layout, blocks, (long long)tiling.tiles,
+                kD == DType::fp16 ? "fp16" : "bf16", d, kMasked ? "causal" : "nomask", c.batch, c.hq, c.hkv, c.sq, c.skv,
+                c.left, c.right, c.varlen ? " varlen" : "", c.lse ? " lse" : "", c.layout, blocks, (long long)tiling.tiles,
                 tiling.heads_per_tile, worst, worst_lse, untouched_bad, ok ? "OK" : "FAIL");
     return ok;
 }
@@ -148,22 +149,26 @@ constexpr HeadsKind gqa = HeadsKind::gqa, mqa = HeadsKind::mqa, mha = HeadsKind:
 constexpr Mask nomask = Mask::nomask, causal = Mask::causal;
 
 int main() {
-    const int all = INT_MAX;  // a window past every key: plain causal
     bool ok = true;
-    ok &= run<C<fp16, 64, mha, nomask, Arch::gfx942>>({1, 2, 2, 130, 77, all, false, true, 0, 3}, 1);
-    ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({2, 2, 1, 150, 200, all, false, true, 1, 2}, 2);
-    ok &= run<C<bf16, 64, gqa, causal, Arch::gfx908>>({1, 4, 2, 70, 300, 45, true, true, 0, 2}, 3);
-    ok &= run<C<bf16, 128, mha, causal, Arch::gfx908>>({1, 2, 2, 97, 129, 40, false, true, 0, 4}, 4);
-    ok &= run<C<bf16, 128, gqa, nomask, Arch::gfx90a>>({2, 8, 2, 5, 70, all, true, true, 0, 3}, 5);
-    ok &= run<C<fp16, 128, mqa, causal, Arch::gfx908>>({1, 6, 1, 9, 33, all, false, true, 1, 2}, 6);
-    ok &= run<C<fp16, 256, gqa, causal, Arch::gfx90a>>({1, 4, 1, 33, 99, all, true, false, 1, 3}, 7);
-    ok &= run<C<bf16, 256, mha, nomask, Arch::gfx908>>({1, 1, 1, 40, 65, all, false, true, 0, 1}, 8);
-    ok &= run<C<fp16, 80, mha, causal, Arch::gfx942>>({1, 2, 2, 200, 60, all, false, true, 0, 2}, 9);
+    ok &= run<C<fp16, 64, mha, nomask, Arch::gfx942>>({1, 2, 2, 130, 77, -1, -1, false, true, 0, 3}, 1);
+    ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({2, 2, 1, 150, 200, -1, 0, false, true, 1, 2}, 2);
+    ok &= run<C<bf16, 64, gqa, causal, Arch::gfx908>>({1, 4, 2, 70, 300, 44, 0, true, true, 0, 2}, 3);
+    ok &= run<C<bf16, 128, mha, causal, Arch::gfx908>>({1, 2, 2, 97, 129, 39, 0, false, true, 0, 4}, 4);
+    ok &= run<C<bf16, 128, gqa, nomask, Arch::gfx90a>>({2, 8, 2, 5, 70, -1, -1, true, true, 0, 3}, 5);
+    ok &= run<C<fp16, 128, mqa, causal, Arch::gfx908>>({1, 6, 1, 9, 33, -1, 0, false, true, 1, 2}, 6);
+    ok &= run<C<fp16, 256, gqa, causal, Arch::gfx90a>>({1, 4, 1, 33, 99, -1, 0, true, false, 1, 3}, 7);
+    ok &= run<C<bf16, 256, mha, nomask, Arch::gfx908>>({1, 1, 1, 40, 65, -1, -1, false, true, 0, 1}, 8);
+    ok &= run<C<fp16, 80, mha, causal, Arch::gfx942>>({1, 2, 2, 200, 60, -1, 0, false, true, 0, 2}, 9);
     // Packed variable-length batches: virtual query blocks located by binary search (causal ones
     // end-aligned per sequence), GQA heads packed in a tile, the LSE as [heads, tokens].
-    ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({5, 4, 2, 90, 140, all, true, true, 2, 3}, 10);
-    ok &= run<C<bf16, 128, mha, nomask, Arch::gfx90a>>({4, 2, 2, 100, 60, all, true, true, 2, 2}, 11);
-    ok &= run<C<fp16, 128, gqa, causal, Arch::gfx908>>({6, 8, 2, 20, 30, 9, true, true, 2, 4}, 12);
+    ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({5, 4, 2, 90, 140, -1, 0, true, true, 2, 3}, 10);
+    ok &= run<C<bf16, 128, mha, nomask, Arch::gfx90a>>({4, 2, 2, 100, 60, -1, -1, true, true, 2, 2}, 11);
+    ok &= run<C<fp16, 128, gqa, causal, Arch::gfx908>>({6, 8, 2, 20, 30, 8, 0, true, true, 2, 4}, 12);
+    // Two-sided windows (FlashAttention's local attention): rows whose window lies past the
+    // keys' end see none (zeros, LSE -inf).
+    ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({2, 4, 2, 70, 150, 5, 3, false, true, 1, 3}, 13);
+    ok &= run<C<bf16, 128, mha, causal, Arch::gfx90a>>({4, 2, 2, 60, 90, -1, 7, true, true, 2, 2}, 14);
+    ok &= run<C<fp16, 64, mha, causal, Arch::gfx908>>({1, 2, 2, 100, 40, 10, -1, false, true, 0, 2}, 15);
     std::printf(ok ? "all cases match the reference\n" : "some cases FAILED\n");
     return ok ? 0 : 1;
 }

@@ -41,7 +41,7 @@ CaseResult run_case(const KernelEntry& kernel, const GpuCase& c) {
         const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;  // the reference's, logical [b, h, s_q]
         DeviceBuffer reference(4 * rows * p.head_dim);
         DeviceBuffer reference_lse(c.lse ? 4 * rows : 0);
-        check(reference_forward(tensors.params, p.dtype, p.causal, reference.get<float>(), reference_lse.get<float>()),
+        check(reference_forward(tensors.params, p.dtype, reference.get<float>(), reference_lse.get<float>()),
               "reference");
         const Tolerance tol = default_tolerance(p.dtype);
         CompareResult cmp;

@@ -23,7 +23,8 @@ using Fp16Wide = KernelConfig<DType::fp16, 256, HeadsKind::gqa, Mask::causal, kA
 template <class Config>
 Problem problem(int s_q, int s_kv) {
     Problem p;
-    p.dtype = Config::dtype, p.head_dim = Config::head_dim, p.causal = Config::mask == Mask::causal;
+    p.dtype = Config::dtype, p.head_dim = Config::head_dim;
+    if (Config::mask == Mask::causal) p.mask = AttentionMask::causal();
     p.batch = 3, p.heads_q = 6, p.heads_kv = 2, p.seqlen_q = s_q, p.seqlen_kv = s_kv;
     return p;
 }

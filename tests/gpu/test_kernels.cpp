@@ -22,7 +22,8 @@ namespace {
 
 Problem make(const KernelKey& key, int b, int h, int h_kv, int s_q, int s_kv) {
     Problem p;
-    p.dtype = key.dtype, p.head_dim = key.head_dim, p.causal = key.mask == Mask::causal;
+    p.dtype = key.dtype, p.head_dim = key.head_dim;
+    if (key.mask == Mask::causal) p.mask = AttentionMask::causal();
     p.batch = b, p.heads_q = h, p.heads_kv = h_kv, p.seqlen_q = s_q, p.seqlen_kv = s_kv;
     return p;
 }
@@ -39,10 +40,10 @@ std::vector<std::pair<int, int>> head_shapes(HeadsKind heads) {
 
 std::vector<GpuCase> cases_for(const KernelKey& key) {
     struct Shape { int b, s_q, s_kv; };
-    // Odd and tile-straddling lengths; s_q > s_kv only without the causal mask.
+    // Odd and tile-straddling lengths; s_q > s_kv (causal: the first rows see no key).
     // {1, 77, 2100}: past the short key ranges of the tensor-core family's tile table.
     std::vector<Shape> shapes = {{1, 1, 1}, {3, 1, 2}, {2, 2, 2}, {2, 7, 13}, {2, 33, 77}, {1, 64, 64}, {1, 129, 200}, {2, 1, 1000}, {1, 17, 300}, {1, 77, 2100}};
-    if (key.mask == Mask::nomask) shapes.push_back({2, 50, 7});
+    shapes.push_back({2, 50, 7});
     const Layout layouts[] = {Layout::bhsd, Layout::bshd, Layout::qkv_packed};
     std::vector<GpuCase> cases;
     uint64_t seed = 1;
@@ -73,12 +74,28 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
             cases.push_back(empty_rows);
             for (int window : {1, 5, 64}) {
                 GpuCase windowed{make(key, 2, h, h_kv, 129, 200), {}, seed++};
-                windowed.problem.window = window;
+                windowed.problem.mask = AttentionMask::causal(window);
                 cases.push_back(windowed);
             }
             GpuCase few_windowed{make(key, 3, h, h_kv, 2, 12), {}, seed++};  // keys below the window in the step
-            few_windowed.problem.window = 3;
+            few_windowed.problem.mask = AttentionMask::causal(3);
             cases.push_back(few_windowed);
+            // FlashAttention's two-sided windows (-1: unbounded), on both sides of the diagonal:
+            // rows whose window lies past the keys' end or before their start see none.
+            const AttentionMask local[] = {AttentionMask::local(5, 3), AttentionMask::local(-1, 7),
+                                           AttentionMask::local(10, -1), AttentionMask::local(0, 0),
+                                           AttentionMask::local(70, 150)};
+            const Shape local_shapes[] = {{2, 129, 200}, {1, 300, 100}, {2, 2, 40}, {1, 77, 2100}, {2, 33, 77}};
+            for (int i = 0; i < 5; ++i) {
+                for (const Shape& s : {local_shapes[i], local_shapes[(i + 1) % 5]}) {
+                    GpuCase c{make(key, s.b, h, h_kv, s.s_q, s.s_kv), {}, seed++};
+                    c.problem.mask = local[i];
+                    cases.push_back(c);
+                }
+            }
+            GpuCase local_varlen{make(key, 4, h, h_kv, 90, 90), {{90, 1, 60, 7}, {30, 1, 90, 80}}, seed++};
+            local_varlen.problem.mask = AttentionMask::local(4, 9);
+            cases.push_back(local_varlen);
         }
     }
     return cases;
@@ -94,7 +111,7 @@ std::vector<GpuCase> option_cases(const KernelKey& key) {
     struct Shape { int b, s_q, s_kv; };
     std::vector<Shape> shapes = {{1, 1, 1}, {3, 1, 2}, {2, 2, 2}, {2, 7, 13}, {2, 33, 77}, {1, 129, 200}, {2, 1, 1000}, {1, 17, 300},
                                  {3, 1, 4}, {2, 2, 9}, {3, 1, 16}, {2, 1, 17}};  // short key ranges: the few-keys variant
-    if (key.mask == Mask::nomask) shapes.push_back({2, 50, 7});
+    shapes.push_back({2, 50, 7});
     std::vector<GpuCase> cases;
     uint64_t seed = 101;
     int next = 0;
@@ -113,16 +130,16 @@ std::vector<GpuCase> option_cases(const KernelKey& key) {
         if (key.mask == Mask::causal) {
             for (int window : {1, 5, 64}) {
                 GpuCase windowed{make(key, 2, h, h_kv, 129, 200), {}, seed++};
-                windowed.problem.window = window;
+                windowed.problem.mask = AttentionMask::causal(window);
                 with(windowed, options[next++ % 8]);
             }
             GpuCase few_windowed{make(key, 3, h, h_kv, 2, 12), {}, seed++};
-            few_windowed.problem.window = 3;
+            few_windowed.problem.mask = AttentionMask::causal(3);
             with(few_windowed, {5.f, true, 16});
             // Windows that start inside a 16-key step: the tensor-core options variant starts
             // its steps on multiples of 16, so each lies on one page.
             GpuCase step_windowed{make(key, 2, h, h_kv, 2, 300), {}, seed++};
-            step_windowed.problem.window = 37;
+            step_windowed.problem.mask = AttentionMask::local(37, 2);
             with(step_windowed, {0.f, true, 16});
         }
     }
@@ -148,7 +165,8 @@ std::vector<GpuCase> packed_cases(const KernelKey& key) {
             GpuCase c{make(key, int(sh.q.size()), h, h_kv, longest_q, longest_kv), {sh.q, sh.kv}, seed++};
             c.problem.layout = Layout::packed;
             c.lse = seed % 2 == 0;
-            if (key.mask == Mask::causal && seed % 3 == 0) c.problem.window = 37;
+            if (key.mask == Mask::causal && seed % 3 == 0) c.problem.mask = AttentionMask::causal(37);
+            if (key.mask == Mask::causal && seed % 5 == 0) c.problem.mask = AttentionMask::local(20, 6);
             if (seed % 4 == 0) c.problem.softcap = 5.f, c.problem.alibi = true, c.q_range = 8.f;
             cases.push_back(c);
         }
@@ -273,7 +291,7 @@ TEST(SplitKv, LongKeyRangesOfFewSequences) {
                                       {make(key, 3, 4, h_kv, 1, 5000), {{1, 1, 1}, {5000, 77, 1}}, 23}};
         if (key.mask == Mask::causal) {
             GpuCase windowed{make(key, 2, 4, h_kv, 2, 9000), {}, 24};
-            windowed.problem.window = 700;  // most splits see no key of the window
+            windowed.problem.mask = AttentionMask::causal(700);  // most splits see no key of the window
             cases.push_back(windowed);
         }
         // The options variant's splits: paged (small and large pages), softcapped, ALiBi.
@@ -297,18 +315,20 @@ TEST(SplitKv, LongKeyRangesOfFewSequences) {
 TEST(DeviceReference, MatchesHostReference) {
     SKIP_WITHOUT_GPU();
     for (DType dtype : {DType::fp16, DType::bf16}) {
-        for (int variant = 0; variant < 4; ++variant) {
+        for (int variant = 0; variant < 6; ++variant) {
             // Plain, then with softcapping, ALiBi and a paged cache (the host follows the table
-            // through logical_k/v, the device reference by itself).
-            const bool causal = variant % 2 == 1, options = variant >= 2;
+            // through logical_k/v, the device reference by itself); no mask, causal with a
+            // window, a two-sided window.
+            const bool options = variant >= 3;
+            const AttentionMask masks[] = {AttentionMask::none(), AttentionMask::causal(20), AttentionMask::local(9, 4)};
             Problem p;
             p.dtype = dtype, p.batch = 2, p.heads_q = 6, p.heads_kv = 2, p.seqlen_q = 5, p.seqlen_kv = 70, p.head_dim = 72;
-            p.causal = causal, p.window = causal ? 20 : 0, p.layout = Layout::bshd;
+            p.mask = masks[variant % 3], p.layout = Layout::bshd;
             if (options) p.softcap = 3.f, p.alibi = true, p.page_size = 16;
             TensorSet tensors(p);
             tensors.fill(p, 5, 3.f);
             DeviceBuffer device_out(4 * tensors.sizes.o), device_lse_out(4 * p.batch * p.heads_q * p.seqlen_q);
-            check(reference_forward(tensors.params, dtype, causal, device_out.get<float>(), device_lse_out.get<float>()),
+            check(reference_forward(tensors.params, dtype, device_out.get<float>(), device_lse_out.get<float>()),
                   "reference");
             std::vector<float> device(tensors.sizes.o), device_lse(p.batch * p.heads_q * p.seqlen_q);
             check(hipMemcpy(device.data(), device_out.get(), device.size() * 4, hipMemcpyDeviceToHost), "copy");
@@ -345,7 +365,7 @@ TEST(Compare, PoisonFailsTheCheck) {
     TensorSet tensors(p);
     tensors.fill(p, 1);  // O stays poisoned: no kernel ran
     DeviceBuffer reference(4 * tensors.sizes.o);
-    check(reference_forward(tensors.params, p.dtype, false, reference.get<float>()), "reference");
+    check(reference_forward(tensors.params, p.dtype, reference.get<float>()), "reference");
     CompareResult cmp;
     check(compare_with_reference(tensors.params, p.dtype, reference.get<float>(), default_tolerance(p.dtype), &cmp), "compare");
     EXPECT_FALSE(cmp.passed(default_tolerance(p.dtype)));

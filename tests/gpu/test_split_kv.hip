@@ -26,7 +26,8 @@ using Fp16Odd = KernelConfig<DType::fp16, 96, HeadsKind::gqa, Mask::nomask, kArc
 template <class Config>
 Problem problem(int batch, int seqlen_kv) {
     Problem p;
-    p.dtype = Config::dtype, p.head_dim = Config::head_dim, p.causal = Config::mask == Mask::causal;
+    p.dtype = Config::dtype, p.head_dim = Config::head_dim;
+    if (Config::mask == Mask::causal) p.mask = AttentionMask::causal();
     p.batch = batch, p.heads_q = 8, p.heads_kv = 2, p.seqlen_q = 1, p.seqlen_kv = seqlen_kv;
     return p;
 }

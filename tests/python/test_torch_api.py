@@ -215,6 +215,11 @@ _SHAPES = [  # batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal, wi
     (1, 77, 200, 8, 2, 64, False, (-1, -1)),   # prefill, odd lengths, GQA
     (2, 256, 256, 4, 4, 256, True, (63, 0)),   # causal sliding window
     (2, 200, 300, 4, 2, 128, False, (31, 0)),  # (left, 0) is a causal window even without causal
+    (2, 300, 100, 4, 2, 128, True, (-1, -1)),  # causal, seqlen_q > seqlen_kv: the first rows see no key
+    (2, 200, 300, 4, 2, 64, False, (16, 8)),   # local attention, both sides bounded
+    (1, 129, 129, 8, 8, 256, False, (-1, 5)),  # right side only
+    (2, 64, 1000, 4, 1, 128, False, (100, -1)),  # left side only, MQA
+    (3, 2, 700, 8, 2, 128, False, (40, 3)),    # decode rows, a window far before the last keys
 ]
 
 
@@ -453,7 +458,6 @@ def test_torch_fallback_warns_once_and_names_the_generator_command(monkeypatch):
 @pytest.mark.parametrize("case, reason", [
     ("float32", "dtype torch.float32"),
     ("dropout", "dropout_p=0.1"),
-    ("window", "window_size (8, 8)"),
     ("misaligned", "not multiples of 16 bytes"),
 ])
 def test_torch_fallback_reasons(case, reason):
@@ -464,8 +468,6 @@ def test_torch_fallback_reasons(case, reason):
         q, k, v = q.float(), k.float(), v.float()
     elif case == "dropout":
         options["dropout_p"] = 0.1
-    elif case == "window":
-        options["window_size"] = (8, 8)
     else:
         q = _random(1 * 32 * 4 * 64 + 4).narrow(0, 4, 32 * 4 * 64).view(1, 32, 4, 64)  # 8 bytes off
     choice = api.which_backend(q, k, v, **options)

@@ -20,7 +20,7 @@ TEST(Cli, HeadlineCommand) {
     EXPECT_EQ(p.seqlen_kv, 2);
     EXPECT_EQ(p.seqlen_q, 2);        // seqlen_q defaults to seqlen_kv, as in FMHA_v2
     EXPECT_EQ(p.dtype, DType::fp16);
-    EXPECT_FALSE(p.causal);
+    EXPECT_FALSE(p.mask.bounded());
 }
 
 TEST(Cli, GqaMqaCausalWindowAndTypes) {
@@ -29,12 +29,23 @@ TEST(Cli, GqaMqaCausalWindowAndTypes) {
     EXPECT_EQ(cli.options.problem.heads_kv, 8);
     EXPECT_EQ(cli.options.problem.seqlen_q, 1);
     EXPECT_EQ(cli.options.problem.dtype, DType::bf16);
-    EXPECT_TRUE(cli.options.problem.causal);
+    EXPECT_TRUE(cli.options.problem.mask == AttentionMask::causal());
     cli = parse({"-mqa", "-sliding-window-size", "128"});
     ASSERT_TRUE(cli.errors.empty());
     EXPECT_EQ(cli.options.problem.heads_kv, 1);
-    EXPECT_TRUE(cli.options.problem.causal);  // a window implies the causal mask
-    EXPECT_EQ(cli.options.problem.window, 128);
+    EXPECT_TRUE(cli.options.problem.mask == AttentionMask::local(127, 0));  // a window implies the causal mask
+    cli = parse({"-window-left", "5", "-window-right", "3"});
+    ASSERT_TRUE(cli.errors.empty());
+    EXPECT_TRUE(cli.options.problem.mask == AttentionMask::local(5, 3));
+    cli = parse({"-causal-mask", "-window-left", "7"});
+    ASSERT_TRUE(cli.errors.empty());
+    EXPECT_TRUE(cli.options.problem.mask == AttentionMask::local(7, 0));
+    cli = parse({"-window-right", "-1", "-window-left", "2"});
+    ASSERT_TRUE(cli.errors.empty());
+    EXPECT_TRUE(cli.options.problem.mask == AttentionMask::local(2, -1));
+    EXPECT_FALSE(parse({"-causal-mask", "-window-right", "4"}).errors.empty());
+    EXPECT_FALSE(parse({"-window-left", "-3"}).errors.empty());
+    EXPECT_FALSE(parse({"-sliding-window-size", "4", "-window-left", "3"}).errors.empty());
 }
 
 TEST(Cli, RunOptions) {

@@ -19,7 +19,8 @@ Arch some_arch() {
 Problem make(int h, int h_kv, int d, DType dtype = DType::fp16, bool causal = false) {
     Problem p;
     p.batch = 2, p.heads_q = h, p.heads_kv = h_kv, p.seqlen_q = 3, p.seqlen_kv = 5, p.head_dim = d;
-    p.dtype = dtype, p.causal = causal;
+    p.dtype = dtype;
+    if (causal) p.mask = AttentionMask::causal();
     return p;
 }
 
@@ -137,11 +138,11 @@ TEST(Heuristics, AKernelThatDoesNotFitSaysWhichFieldsAndWhichFlags) {
     std::string why;
     EXPECT_FALSE(kernel_supports(mqa, make(8, 2, 64), &why));
     EXPECT_EQ(why, "its dtype is bf16, the problem's fp16 (-bf16); its head_dim is 128, the problem's 64 (-d 128); "
-                   "its mask is causal, the problem's nomask (-causal-mask); its heads kind is mqa, the problem's gqa "
+                   "its mask is causal, the problem's nomask (-causal-mask or a window); its heads kind is mqa, the problem's gqa "
                    "(h=8, h_kv=2) (-mqa)");
     const KernelKey mha{DType::fp16, 64, HeadsKind::mha, Mask::nomask, Family::prefill, some_arch()};
     EXPECT_FALSE(kernel_supports(mha, make(8, 2, 64, DType::fp16, true), &why));
-    EXPECT_EQ(why, "its mask is nomask, the problem's causal (no -causal-mask or -sliding-window-size); its heads kind "
+    EXPECT_EQ(why, "its mask is nomask, the problem's causal (no -causal-mask or window); its heads kind "
                    "is mha, the problem's gqa (h=8, h_kv=2) (no -gqa or -mqa)");
 }
 

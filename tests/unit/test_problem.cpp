@@ -10,7 +10,8 @@ namespace {
 
 Problem make(int b, int h, int h_kv, int s_q, int s_kv, int d, bool causal = false) {
     Problem p;
-    p.batch = b, p.heads_q = h, p.heads_kv = h_kv, p.seqlen_q = s_q, p.seqlen_kv = s_kv, p.head_dim = d, p.causal = causal;
+    p.batch = b, p.heads_q = h, p.heads_kv = h_kv, p.seqlen_q = s_q, p.seqlen_kv = s_kv, p.head_dim = d;
+    if (causal) p.mask = AttentionMask::causal();
     return p;
 }
 
@@ -31,12 +32,14 @@ TEST(Problem, ValidAndInvalid) {
     EXPECT_EQ(make(1, 0, 0, 4, 4, 256).validate(), std::vector<std::string>{"heads (-h) must be positive (got 0)"});
     EXPECT_EQ(make(1, 8, 8, -1, 4, 256).validate(), std::vector<std::string>{"seqlen_q (-s-q) must be positive (got -1)"});
     EXPECT_FALSE(make(1, 32, 5, 1, 2, 256).validate().empty());            // 32 % 5
-    EXPECT_FALSE(make(1, 8, 8, 9, 4, 64, true).validate().empty());         // causal, s_q > s_kv
+    EXPECT_TRUE(make(1, 8, 8, 9, 4, 64, true).validate().empty());          // causal, s_q > s_kv: empty rows
     EXPECT_TRUE(make(1, 8, 8, 9, 4, 64, false).validate().empty());         // cross attention is fine
     EXPECT_FALSE(make(1 << 30, 1 << 14, 1 << 14, 1 << 14, 1 << 14, 256).validate().empty());  // offsets overflow
     Problem window = make(1, 8, 8, 4, 4, 64);
-    window.window = 3;
-    EXPECT_FALSE(window.validate().empty());  // a window needs the causal mask
+    window.mask = AttentionMask::local(3, 5);  // two-sided, no causal mask
+    EXPECT_TRUE(window.validate().empty());
+    window.mask.right = -2;
+    EXPECT_EQ(window.validate(), std::vector<std::string>{"window sides must be >= 0, or -1 for unbounded (got left 3, right -2)"});
     Problem packed = make(1, 8, 2, 4, 4, 64);
     packed.layout = Layout::qkv_packed;
     EXPECT_FALSE(packed.validate().empty());  // packed QKV cannot hold GQA
@@ -114,7 +117,7 @@ TEST(Problem, BottomRightCausalVisibility) {
     EXPECT_EQ(visible_keys(p, 0, 0, 2, 5).first, 0);
     EXPECT_EQ(visible_keys(p, 0, 0, 2, 5).last, 3);
     EXPECT_EQ(visible_keys(p, 1, 1, 2, 5).last, 4);
-    p.window = 2;  // the 2 keys ending at the diagonal
+    p.mask = AttentionMask::causal(2);  // the 2 keys ending at the diagonal
     EXPECT_EQ(visible_keys(p, 0, 0, 2, 5).first, 2);
     EXPECT_EQ(visible_keys(p, 0, 0, 2, 5).last, 3);
     EXPECT_EQ(visible_keys(p, 0, 1, 2, 5).first, 2);  // rows 0 and 1 together: keys 2..4
@@ -122,9 +125,36 @@ TEST(Problem, BottomRightCausalVisibility) {
     // s_q = 5 > s_kv = 2: row 0's diagonal is key -3, so it sees nothing.
     const KeyRange none = visible_keys(p, 0, 0, 5, 2);
     EXPECT_LT(none.last, none.first);
-    p.causal = false, p.window = 0;
+    p.mask = AttentionMask::none();
     EXPECT_EQ(visible_keys(p, 0, 0, 5, 2).first, 0);
     EXPECT_EQ(visible_keys(p, 0, 0, 5, 2).last, 1);
+}
+
+TEST(Problem, TwoSidedWindowVisibility) {
+    // s_q = 4, s_kv = 10: row i's diagonal is key i + 6. Window (2 left, 1 right): keys i+4 .. i+7.
+    Problem p = make(1, 1, 1, 4, 10, 64);
+    p.mask = AttentionMask::local(2, 1);
+    EXPECT_EQ(visible_keys(p, 0, 0, 4, 10).first, 4);
+    EXPECT_EQ(visible_keys(p, 0, 0, 4, 10).last, 7);
+    EXPECT_EQ(visible_keys(p, 3, 3, 4, 10).last, 9);  // clipped at the last key
+    // One side unbounded: (-1 left, 0 right) is causal; (1 left, -1 right) sees every key after i+5.
+    p.mask = AttentionMask::local(1, -1);
+    EXPECT_EQ(visible_keys(p, 0, 0, 4, 10).first, 5);
+    EXPECT_EQ(visible_keys(p, 0, 0, 4, 10).last, 9);
+    EXPECT_EQ(p.mask.kernel_mask(), Mask::causal);  // every bounded window takes a masked kernel
+    EXPECT_EQ(AttentionMask::none().kernel_mask(), Mask::nomask);
+    // A right window past the keys' end: row 0 of s_q = 6 over s_kv = 2 has its diagonal at -4;
+    // with 2 keys to the right it still sees none, and row 3 (diagonal -1) sees keys 0..1.
+    p.mask = AttentionMask::local(0, 2);
+    const KeyRange none = visible_keys(p, 0, 0, 6, 2);
+    EXPECT_LT(none.last, none.first);
+    EXPECT_EQ(visible_keys(p, 3, 3, 6, 2).first, 0);
+    EXPECT_EQ(visible_keys(p, 3, 3, 6, 2).last, 1);
+    // FwdParams' window: unbounded sides become the sequence sizes.
+    p.mask = AttentionMask::causal();
+    const KeyWindow keys = p.mask.keys(4, 10);
+    EXPECT_EQ(keys.left, 10);
+    EXPECT_EQ(keys.right, 0);
 }
 
 TEST(Counts, HeadlineConfigMovesThreeGigabytes) {

@@ -34,7 +34,8 @@ TEST(HostNumeric, RoundTripsEveryFiniteHalfAndBf16) {
 
 Problem make(int s_q, int s_kv, int d, bool causal) {
     Problem p;
-    p.batch = 1, p.heads_q = 1, p.heads_kv = 1, p.seqlen_q = s_q, p.seqlen_kv = s_kv, p.head_dim = d, p.causal = causal;
+    p.batch = 1, p.heads_q = 1, p.heads_kv = 1, p.seqlen_q = s_q, p.seqlen_kv = s_kv, p.head_dim = d;
+    if (causal) p.mask = AttentionMask::causal();
     return p;
 }
 
@@ -67,7 +68,7 @@ TEST(HostReference, BottomRightCausalAndEmptyRows) {
     EXPECT_FLOAT_EQ(o[1], 5.f);
     // With a window of 1 each row sees only its diagonal key.
     Problem w = p;
-    w.window = 1;
+    w.mask = AttentionMask::causal(1);
     const auto ow = host_reference(w, {}, {0, 0}, {1, 1, 1}, {2, 4, 9});
     EXPECT_FLOAT_EQ(ow[0], 4.f);
     EXPECT_FLOAT_EQ(ow[1], 9.f);
@@ -90,7 +91,7 @@ TEST(HostReference, LogSumExpInNaturalLog) {
     EXPECT_NEAR(lse[0], std::log(4.0), 1e-6);
     // Bottom-right causal, s_q = 2 over 2 keys with a window of 1: each row sees one key.
     Problem c = make(2, 2, 1, true);
-    c.scale = 0.5f, c.window = 1;
+    c.scale = 0.5f, c.mask = AttentionMask::causal(1);
     host_reference(c, {}, {2, 4}, {1, 3}, {0, 0}, &lse);
     EXPECT_EQ(lse, (std::vector<float>{0.5f * 2 * 1, 0.5f * 4 * 3}));
     // Variable lengths: batch 1 has one query row and its second row sees nothing (-inf).

@@ -2,8 +2,10 @@
 //
 // A sequence has len_q query positions and len_kv keys. Query position i has its diagonal at
 // key i + len_kv - len_q (bottom-right aligned, as FlashAttention 2.1+). Without a mask a row
-// sees keys [0, len_kv); a causal row sees the `window` keys that end at its diagonal,
-// (diagonal - window, diagonal], clipped to [0, len_kv). window >= len_kv is plain causal.
+// sees keys [0, len_kv); a masked row sees the keys of its window around the diagonal,
+// [diagonal - left, diagonal + right] (FwdParams::window), clipped to [0, len_kv): causal,
+// sliding windows and FlashAttention's two-sided local windows alike. A row may see no key
+// (causal with len_q > len_kv, a window past the keys): it yields zeros and an LSE of -inf.
 // The reference (src/reference/) keeps its own arithmetic so that it stays an independent check;
 // host code (visible_keys, for fmha.exe's FLOP and byte counts) uses this one.
 //
@@ -16,6 +18,8 @@
 
 #include <algorithm>
 #include <cstdint>
+
+#include "fmha/params.h"
 
 namespace fmha {
 
@@ -32,22 +36,23 @@ struct MaskRow {
     int diagonal;
     bool valid;
 
-    // Whether the row sees `key`, for keys below len_kv.
-    template <bool kCausal>
-    __host__ __device__ bool sees(int key, int window) const {
-        return valid && (!kCausal || (key <= diagonal && key > diagonal - window));
+    // Whether the row sees `key`, for keys below len_kv. One unsigned compare for both sides:
+    // key - (diagonal - left) in [0, left + right], a value per row and one per launch.
+    template <bool kMasked>
+    __host__ __device__ bool sees(int key, KeyWindow window) const {
+        return valid && (!kMasked || unsigned(key - (diagonal - window.left)) <= unsigned(window.left + window.right));
     }
 };
 
 // The keys that some row of a set sees.
-template <bool kCausal>
+template <bool kMasked>
 struct VisibleKeys {
     int lo = INT32_MAX, hi = INT32_MIN;
 
-    __host__ __device__ void add(const MaskRow& row, int len_kv, int window) {
+    __host__ __device__ void add(const MaskRow& row, int len_kv, KeyWindow window) {
         if (!row.valid) return;
-        lo = min(lo, kCausal ? row.diagonal - window + 1 : 0);
-        hi = max(hi, kCausal ? row.diagonal + 1 : len_kv);
+        lo = min(lo, kMasked ? row.diagonal - window.left : 0);
+        hi = max(hi, kMasked ? row.diagonal + window.right + 1 : len_kv);
     }
     // The keys some added row sees, [kv_lo, kv_hi); empty (0, 0) where none does.
     __host__ __device__ void key_range(int len_kv, int& kv_lo, int& kv_hi) const {
@@ -58,21 +63,21 @@ struct VisibleKeys {
 };
 
 // The mask of one sequence, by query position.
-template <bool kCausal>
+template <bool kMasked>
 struct KeyMask {
-    int len_kv;  // this sequence's keys
-    int offset;  // len_kv - len_q: the diagonal of position 0
-    int window;  // causal rows see this many keys, ending at the diagonal
+    int len_kv;        // this sequence's keys
+    int offset;        // len_kv - len_q: the diagonal of position 0
+    KeyWindow window;  // masked rows see these keys around their diagonal
 
-    __host__ __device__ static KeyMask of(int len_q, int len_kv, int window) { return {len_kv, len_kv - len_q, window}; }
+    __host__ __device__ static KeyMask of(int len_q, int len_kv, KeyWindow window) { return {len_kv, len_kv - len_q, window}; }
 
     __host__ __device__ int diagonal(int position) const { return position + offset; }
     __host__ __device__ MaskRow row(int position) const { return {diagonal(position), true}; }
-    __host__ __device__ bool sees(int position, int key) const { return key < len_kv && row(position).template sees<kCausal>(key, window); }
+    __host__ __device__ bool sees(int position, int key) const { return key < len_kv && row(position).template sees<kMasked>(key, window); }
     // The keys that some row of positions [first, last] sees, [kv_lo, kv_hi) (the rows'
     // ranges move with their diagonals, so the first and last rows bound them).
     __host__ __device__ void key_range(int first, int last, int& kv_lo, int& kv_hi) const {
-        VisibleKeys<kCausal> keys;
+        VisibleKeys<kMasked> keys;
         keys.add(row(first), len_kv, window);
         keys.add(row(last), len_kv, window);
         keys.key_range(len_kv, kv_lo, kv_hi);

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
     using Numeric = DTypeTraits<Config::dtype>;
     using Team = Group<T::kTeamWidth>;
     constexpr int R = T::kRows, U = T::kKeysPerSlice, V = T::kVecsPerLane;
-    constexpr bool kCausal = Config::mask == Mask::causal;
+    constexpr bool kMasked = Config::mask == Mask::causal;
 
     const int lane = threadIdx.x % GroupWidth;
     const int slice = lane / T::kTeamWidth;
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
 
         // This pass's rows, and the key range of the pass within its split.
         QueryRow rows[R];
-        VisibleKeys<kCausal> visible;
+        VisibleKeys<kMasked> visible;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             rows[r] = query_row(item, item.pass * R + r);
@@ -222,9 +222,9 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                     if constexpr (T::kWidensQueryOnce) s = Team::sum(dot<T, Numeric>(q_wide, k[u]));
                     else s = Team::sum(dot<T, Numeric>(q[r], k[u]));
                     if constexpr (T::kOptions)
-                        score[u] = key < kv_hi && rows[r].template sees<kCausal>(key, p.window) ? scoring[r].log2_score(s, key) : -INFINITY;
+                        score[u] = key < kv_hi && rows[r].template sees<kMasked>(key, p.window) ? scoring[r].log2_score(s, key) : -INFINITY;
                     else
-                        score[u] = key < kv_hi && rows[r].template sees<kCausal>(key, p.window) ? s * scale_log2 : -INFINITY;
+                        score[u] = key < kv_hi && rows[r].template sees<kMasked>(key, p.window) ? s * scale_log2 : -INFINITY;
                 }
                 float step_max = score[0];
 #pragma unroll

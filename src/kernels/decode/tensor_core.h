@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
     constexpr DType kDType = Config::dtype;
     using Numeric = DTypeTraits<kDType>;
     constexpr int RT = T::kRowTiles, KV = T::kKVectors, VV = T::kVVectors, kTiles = T::kDimTiles;
-    constexpr bool kCausal = Config::mask == Mask::causal;
+    constexpr bool kMasked = Config::mask == Mask::causal;
 
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_in_block = threadIdx.x / 32;
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         const RowSink<T, Config> sink{p, plan, item, block, warp_in_block};
         auto row_at = [&](int r) { return query_row(item, item.pass * T::kRows + r); };
 
-        VisibleKeys<kCausal> visible;
+        VisibleKeys<kMasked> visible;
         for (int r = 0; r < T::kRows; ++r) visible.add(row_at(r), item.len_kv, p.window);
         int kv_lo, kv_hi;
         visible.key_range(item.len_kv, kv_lo, kv_hi);
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const QueryRow& row = mine[rt][e];
-                    VisibleKeys<kCausal> sees;  // a row that does not exist sees none
+                    VisibleKeys<kMasked> sees;  // a row that does not exist sees none
                     sees.add(row, item.len_kv, p.window);
                     int lo, hi;
                     sees.key_range(item.len_kv, lo, hi);
@@ -267,11 +267,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                     for (int h = 0; h < 2; ++h) {
                         const int key = base + g + 8 * h;
                         if constexpr (T::kOptions) {
-                            score[h] = (!kCausal || key >= int(view.x)) && key < int(view.y)
+                            score[h] = (!kMasked || key >= int(view.x)) && key < int(view.y)
                                            ? rule.capped(s[2 * h + e]) - ScoreRule::bias(__uint_as_float(view.z), int(view.w), key)
                                            : -INFINITY;
                         } else
-                            score[h] = key < kv_hi && mine[rt][e].template sees<kCausal>(key, p.window) ? s[2 * h + e] * scale_log2
+                            score[h] = key < kv_hi && mine[rt][e].template sees<kMasked>(key, p.window) ? s[2 * h + e] * scale_log2
                                                                                                          : -INFINITY;
                     }
                     float step_max = fmaxf(score[0], score[1]);

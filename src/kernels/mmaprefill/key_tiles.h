@@ -1,5 +1,5 @@
 // The key tiles of a tensor-core prefill work tile, as every main loop of the family walks
-// them: from the last key tile back to the first (the tiles that need the causal mask first;
+// them: from the last key tile back to the first (the tiles that cross the diagonal first;
 // every tile ends inside the sequence, and keys at negative positions are zeros, masked), and
 // per consumer (a wgmma warpgroup, an MFMA wave) the range its rows see and which tiles need
 // the mask (docs/mmaprefill.md).
@@ -26,11 +26,11 @@ struct PaddedRows {};
 // One work tile as producer and consumers both derive it: its rows, its sequence's lengths, and
 // the key tiles its rows see, walked back from kv_end. kPacked: the launch may be a packed batch
 // (PrefillTiling::packed); kernels built without it hold none of its state.
-template <bool kCausal, bool kPacked = true>
+template <bool kMasked, bool kPacked = true>
 struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
     PrefillTile tile;   // position0: first_position(), negative where the tile begins before the sequence
     int len_q, len_kv;
-    KeyMask<kCausal> mask;
+    KeyMask<kMasked> mask;
     int last_position;  // of the tile's rows that exist
     int kv_end;         // one past the last key some row sees
     int key_tiles;      // 0 where no row sees a key
@@ -56,12 +56,12 @@ struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
         w.len_q = sequence_length(p.seqlens_q, cu_seqlens_q, w.tile.batch, p.seqlen_q);
         w.len_kv = sequence_length(p.seqlens_kv, cu_seqlens_kv, w.tile.batch, p.seqlen_kv);
         // End-aligned packed blocks run from the sequence's end back, the most keys first.
-        if (kCausal && kPacked && tiling.packed && tiling.end_aligned)
+        if (kMasked && kPacked && tiling.packed && tiling.end_aligned)
             w.tile.position0 = w.len_q - (block + 1) * tiling.rows_per_head;
-        else if (kCausal)
+        else if (kMasked)
             w.tile.position0 = first_position(tiling, w.tile, w.len_q);
-        w.has_rows = w.tile.exists && w.tile.position0 < w.len_q && (!kCausal || w.tile.position0 + tiling.rows_per_head > 0);
-        w.mask = KeyMask<kCausal>::of(w.len_q, w.len_kv, p.window);
+        w.has_rows = w.tile.exists && w.tile.position0 < w.len_q && (!kMasked || w.tile.position0 + tiling.rows_per_head > 0);
+        w.mask = KeyMask<kMasked>::of(w.len_q, w.len_kv, p.window);
         w.last_position = min(w.tile.position0 + tiling.rows_per_head, w.len_q) - 1;
         int kv_begin = 0;
         w.kv_end = 0;
@@ -82,36 +82,36 @@ struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
     __device__ int q_batch(const FwdParams& p) const { return kPacked && p.cu_seqlens_q ? 0 : int(tile.batch); }
     __device__ int kv_batch(const FwdParams& p) const { return kPacked && p.cu_seqlens_kv ? 0 : int(tile.batch); }
     __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
-    // Only causal tiles are end-aligned (PrefillTiling::of), so only theirs may begin before the
+    // Only masked tiles are end-aligned (PrefillTiling::of), so only theirs may begin before the
     // sequence: the first position at or after `position` inside it, and whether a row exists.
-    __device__ static int inside(int position) { return kCausal ? max(position, 0) : position; }
-    __device__ bool has_position(int position) const { return (!kCausal || position >= 0) && position < len_q; }
+    __device__ static int inside(int position) { return kMasked ? max(position, 0) : position; }
+    __device__ bool has_position(int position) const { return (!kMasked || position >= 0) && position < len_q; }
 };
 
 // What a consumer's main loop needs of a work tile, in few registers: where its key tiles are,
 // which of them its rows (a warpgroup's 64, a wave's 32) see at all ([begin, end): the others
 // it only hands back or skips), and which of those cross the mask (judged from the positions
 // the rows span; all of a packed tile's positions). A thread holds kThreadRows rows.
-template <bool kCausal, int kThreadRows>
+template <bool kMasked, int kThreadRows>
 struct KeyTiles {
     int kv_end, count;
     int begin, end;    // the key tiles some row of this consumer sees
-    int masked_above;  // key tiles reaching past this key need the mask (causal diagonal, sequence end)
-    int masked_below;  // and so do those starting at or before this one (window; keys before the sequence)
-    int window;
+    int masked_above;  // key tiles reaching past this key need the mask (the window's right edge)
+    int masked_below;  // and so do those starting at or before this one (its left edge; keys before the sequence)
+    KeyWindow window;
     int diagonal[kThreadRows];  // of this thread's rows
 
     // row0: the consumer's first row in the tile, of consumer_rows.
     template <class Work>
     __device__ static KeyTiles of(const Work& w, const PrefillTiling& tiling, int row0, int consumer_rows,
-                                  int window, const int (&position)[kThreadRows], int block_keys) {
+                                  KeyWindow window, const int (&position)[kThreadRows], int block_keys) {
         KeyTiles k;
         k.kv_end = w.kv_end, k.count = w.key_tiles, k.window = window;
         const bool packed = tiling.heads_per_tile > 1;
         const int first = w.inside(packed ? w.tile.position0 : w.tile.position0 + row0);
         const int last = packed ? w.last_position : min(w.tile.position0 + row0 + consumer_rows - 1, w.len_q - 1);
-        k.masked_above = kCausal ? w.mask.diagonal(first) : w.len_kv - 1;
-        k.masked_below = kCausal ? max(w.mask.diagonal(last) - window, -1) : -1;
+        k.masked_above = kMasked ? w.mask.diagonal(first) + window.right : w.len_kv - 1;
+        k.masked_below = kMasked ? max(w.mask.diagonal(last) - window.left - 1, -1) : -1;
         for (int h = 0; h < kThreadRows; ++h) k.diagonal[h] = w.mask.diagonal(position[h]);
         int lo = 0, hi = 0;
         if (first <= last) w.mask.key_range(first, last, lo, hi);
@@ -121,15 +121,15 @@ struct KeyTiles {
         return k;
     }
     __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
-    // Without the causal mask only the tile reaching before key 0 needs it (key tiles end at
+    // Without a mask only the tile reaching before key 0 needs it (key tiles end at
     // kv_end = len_kv), which spares registers the bounds would hold through the main loop.
     __device__ bool needs_mask(int i, int block_keys) const {
         const int k0 = first_key(i, block_keys);
-        return kCausal ? k0 + block_keys - 1 > masked_above || k0 <= masked_below : k0 < 0;
+        return kMasked ? k0 + block_keys - 1 > masked_above || k0 <= masked_below : k0 < 0;
     }
     // Key tiles end at kv_end, inside the sequence: only keys before it and the shared mask
     // rule are left to check.
-    __device__ bool sees(int h, int key) const { return MaskRow{diagonal[h], key >= 0}.template sees<kCausal>(key, window); }
+    __device__ bool sees(int h, int key) const { return MaskRow{diagonal[h], key >= 0}.template sees<kMasked>(key, window); }
 };
 
 }  // namespace mmaprefill

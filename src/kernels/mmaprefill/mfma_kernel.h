@@ -78,8 +78,8 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
     mfma_kernel(const FwdParams p, const PrefillTiling tiling) {
     using T = MfmaTraits<Config>;
     using Numeric = DTypeTraits<Config::dtype>;
-    constexpr bool kCausal = Config::mask == Mask::causal;
-    using Work = TileWork<kCausal>;
+    constexpr bool kMasked = Config::mask == Mask::causal;
+    using Work = TileWork<kMasked>;
 
     __shared__ uint4 shared_storage[T::kSharedBytes / 16];
     uint16_t* const shared = reinterpret_cast<uint16_t*>(shared_storage);
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
     uint4 k_next[T::kChunksPerThread], v_next[T::kChunksPerThread];  // the next key tile, on its way to LDS
     FragmentSoftmax<1, XorPair<mfma::kBlock>> softmax;
     Work work{};             // the current work tile
-    KeyTiles<kCausal, 1> keys;  // what this wave's main loop needs of it
+    KeyTiles<kMasked, 1> keys;  // what this wave's main loop needs of it
 
     // Tile row r's position, and whether it exists (a packed tile's head, inside the sequence).
     const auto position_of = [&](int r) { return work.tile.position0 + r % tiling.rows_per_head; };
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         if (!work.has_rows) continue;  // uniform over the block, as everything up to the epilogue
         {
             const int position[1] = {position_of(row)};
-            keys = KeyTiles<kCausal, 1>::of(work, tiling, row0, mfma::kBlock, p.window, position, T::kBlockKeys);
+            keys = KeyTiles<kMasked, 1>::of(work, tiling, row0, mfma::kBlock, p.window, position, T::kBlockKeys);
         }
         softmax.init();
 #pragma unroll

@@ -108,9 +108,9 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     wgmma_kernel(const FwdParams p, const PrefillTiling tiling, const __grid_constant__ TensorMaps maps) {
     using T = WgmmaTraits<Config, kShortKeys, kServing>;
     using P = Pipeline<T>;
-    constexpr bool kCausal = Config::mask == Mask::causal;
+    constexpr bool kMasked = Config::mask == Mask::causal;
     constexpr DType kDType = Config::dtype;
-    using Work = TileWork<kCausal, kServing>;
+    using Work = TileWork<kMasked, kServing>;
 
     extern __shared__ uint8_t shared_raw[];
     uint8_t* shared = reinterpret_cast<uint8_t*>(
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     uint32_t probabilities[T::kBlockKeys / wgmma::kK][4];
     FragmentSoftmax<2, Group<4>> softmax;
     Work work{};            // the current work tile (kept in shared memory for the epilogue: see below)
-    KeyTiles<kCausal, 2> keys;  // what the main loop needs of it
+    KeyTiles<kMasked, 2> keys;  // what the main loop needs of it
     int slot = 0;            // the K/V ring slot of the next key tile
 
     // P.V reads its A operand from these registers while it runs: keep them until its wait.
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
             int position[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) position[h] = position_of(row0 + wgmma::accumulator_position(thread, 2 * h).row);
-            keys = KeyTiles<kCausal, 2>::of(work, tiling, row0, wgmma::kRows, p.window, position, T::kBlockKeys);
+            keys = KeyTiles<kMasked, 2>::of(work, tiling, row0, wgmma::kRows, p.window, position, T::kBlockKeys);
             if constexpr (kServing) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
@@ -458,7 +458,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
         // sequence and ending inside it or cut off by the tensor's end (a padded batch's). Elsewhere
         // (GQA heads packed in a tile, either end of a sequence) the threads copy the rows that exist.
         const int position0 = work.tile.position0 + row0;
-        if (tiling.heads_per_tile == 1 && (!kCausal || position0 >= 0) &&
+        if (tiling.heads_per_tile == 1 && (!kMasked || position0 >= 0) &&
             (position0 + wgmma::kRows <= work.len_q || (!tiling.packed && work.len_q == p.seqlen_q))) {
             hopper::fence_async_shared();
             hopper::named_barrier_sync(epilogue, wgmma::kThreads);
