@@ -29,7 +29,7 @@ struct AttentionMask {
     Mask kernel_mask() const { return bounded() ? Mask::causal : Mask::nomask; }
     // FwdParams::window: an unbounded side becomes the sequence size that bounds nothing.
     KeyWindow keys(int seqlen_q, int seqlen_kv) const {
-        return {left < 0 ? seqlen_kv : std::min(left, seqlen_kv), right < 0 ? seqlen_q : std::min(right, seqlen_q)};
+        return KeyWindow::of(left < 0 ? seqlen_kv : std::min(left, seqlen_kv), right < 0 ? seqlen_q : std::min(right, seqlen_q));
     }
     std::string describe() const {
         if (!bounded()) return "no mask";

@@ -22,6 +22,9 @@ struct TensorStrides {
 struct KeyWindow {
     int left;
     int right;
+    int span;  // left + right: a row's test is then one compare against a launch constant (mask.h)
+
+    static constexpr KeyWindow of(int left, int right) { return {left, right, left + right}; }
 };
 
 struct FwdParams {

@@ -68,7 +68,7 @@ bool run(const Case& c, unsigned seed) {
         p.total_q = cu_q.back(), p.total_kv = cu_kv.back();
     }
     p.scale = 1.f / std::sqrt(float(d));
-    p.window = {c.left < 0 ? c.skv : c.left, c.right < 0 ? c.sq : c.right};
+    p.window = KeyWindow::of(c.left < 0 ? c.skv : c.left, c.right < 0 ? c.sq : c.right);
     p.lse = c.lse ? lse.data() : nullptr;
     // As mmaprefill.h's tiling_of (whose header needs the HIP runtime) makes it for AMD.
     const PrefillTiling tiling = PrefillTiling::of(p, mmaprefill::MfmaTraits<Config>::kBlockRows, kMasked, 0, 0);

@@ -36,11 +36,11 @@ struct MaskRow {
     int diagonal;
     bool valid;
 
-    // Whether the row sees `key`, for keys below len_kv. One unsigned compare for both sides:
-    // key - (diagonal - left) in [0, left + right], a value per row and one per launch.
+    // Whether the row sees `key`, for keys below len_kv. One unsigned compare for both sides,
+    // key - (diagonal - left) in [0, span], against launch constants: no register held for it.
     template <bool kMasked>
     __host__ __device__ bool sees(int key, KeyWindow window) const {
-        return valid && (!kMasked || unsigned(key - (diagonal - window.left)) <= unsigned(window.left + window.right));
+        return valid && (!kMasked || unsigned(key - diagonal + window.left) <= unsigned(window.span));
     }
 };
 
