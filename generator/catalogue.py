@@ -29,6 +29,9 @@ class Family:
     max_head_dim: int         # register/shared-memory budget (src/kernels/<family>.h traits)
     description: str
     matrix_cores: tuple = ()  # matrix instruction sets (archs.MATRIX_CORES) it runs on; () = any arch
+    # Its kernels also serve smaller head_dims (multiples of 8): columns past the problem's are
+    # zeros in the loads and left out of the stores, so a d128 kernel runs d80.
+    serves_smaller_head_dims: bool = False
 
     def takes_head_dim(self, head_dim):
         return 0 < head_dim <= self.max_head_dim and head_dim % self.head_dim_multiple == 0
@@ -56,13 +59,14 @@ FAMILIES = {
     f.name: f
     for f in (
         Family("prefill", 8, 256,
-               "tiled, any seqlen_q/seqlen_kv; the correct fallback for every shape"),
+               "tiled, any seqlen_q/seqlen_kv; the correct fallback for every shape", serves_smaller_head_dims=True),
         Family("decode", 8, 256,
                "bandwidth-bound, for few query rows per KV head: streams K/V once per KV head "
                "with 16-byte loads, splitting long key ranges across warps and blocks"),
         Family("mmaprefill", 16, 256,
                "tiled on the matrix cores (Hopper: wgmma fed by TMA, warp-specialised; CDNA: MFMA, "
-               "K/V through LDS), for many query rows per KV head", matrix_cores=("wgmma", "mfma")),
+               "K/V through LDS), for many query rows per KV head", matrix_cores=("wgmma", "mfma"),
+               serves_smaller_head_dims=True),
     )
 }
 

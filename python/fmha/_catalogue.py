@@ -78,6 +78,9 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None):
         return None, f"dtype {q.dtype}: the catalogue holds float16 and bfloat16 kernels"
     if dropout_p > 0:
         return None, f"dropout_p={dropout_p}: the kernels have no dropout yet"
+    if q.shape[-1] % 8:
+        return None, (f"head_dim {q.shape[-1]} is not a multiple of 8: the kernels move rows in 16-byte vectors "
+                      "(a multiple of 8 runs on the next larger kernel)")
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_kv, heads_kv = k.shape[1], k.shape[2]
     if packed is not None:

@@ -17,6 +17,13 @@ bool heads_fit(HeadsKind kernel, const Problem& p) {
     return kernel == HeadsKind::gqa || kernel == p.heads_kind();
 }
 
+// Whether a kernel of `family` with head_dim `kernel` computes a problem's `problem`: the same,
+// or a smaller multiple of 8 where the family zero-fills the columns past it (kFamilyHeadDimRules).
+bool head_dim_fits(Family family, int kernel, int problem) {
+    return kernel == problem ||
+           (kFamilyHeadDimRules[static_cast<int>(family)].serves_smaller && problem < kernel && problem % 8 == 0);
+}
+
 struct FamilyChoice {
     Family family;
     std::string why;
@@ -45,9 +52,12 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
     if (key.dtype != p.dtype)
         misfits.push_back(std::string("its dtype is ") + token(key.dtype) + ", the problem's " + token(p.dtype) + " (-" +
                           token(key.dtype) + ")");
-    if (key.head_dim != p.head_dim)
+    if (!head_dim_fits(key.family, key.head_dim, p.head_dim))
         misfits.push_back("its head_dim is " + std::to_string(key.head_dim) + ", the problem's " + std::to_string(p.head_dim) +
-                          " (-d " + std::to_string(key.head_dim) + ")");
+                          (key.head_dim > p.head_dim && kFamilyHeadDimRules[static_cast<int>(key.family)].serves_smaller
+                               ? " (a smaller head_dim runs on it when a multiple of 8)"
+                           : key.head_dim > p.head_dim ? " (the family runs its exact head_dim only)"
+                                                       : " (-d " + std::to_string(key.head_dim) + ")"));
     if (key.mask != p.mask.kernel_mask())
         misfits.push_back(std::string("its mask is ") + token(key.mask) + ", the problem's " + token(p.mask.kernel_mask()) +
                           (key.mask == Mask::causal ? " (-causal-mask or a window)" : " (no -causal-mask or window)"));
@@ -74,12 +84,23 @@ Selection select_kernel(const Problem& p, Arch arch) {
     for (const FamilyChoice& choice : family_preference(p)) {
         std::string why_not = "no kernel for it in this build";
         for (HeadsKind heads : {p.heads_kind(), HeadsKind::gqa}) {
-            const KernelEntry* entry = find_kernel({p.dtype, p.head_dim, heads, p.mask.kernel_mask(), choice.family, arch});
+            // The exact head_dim, else the family's smallest larger kernel that serves it.
+            const KernelEntry* entry = nullptr;
+            for (const KernelEntry& e : kernel_table()) {
+                const KernelKey& k = e.key;
+                if (k.dtype == p.dtype && k.heads == heads && k.mask == p.mask.kernel_mask() && k.family == choice.family &&
+                    k.arch == arch && head_dim_fits(k.family, k.head_dim, p.head_dim) &&
+                    (!entry || k.head_dim < entry->key.head_dim))
+                    entry = &e;
+            }
             if (!entry || !kernel_supports(entry->key, p, &why_not)) continue;
             std::string reason = std::string(token(choice.family)) + " family, " + choice.why + passed_over + "; " +
                                  kFamilyDescriptions[static_cast<int>(choice.family)];
             if (heads != p.heads_kind())
                 reason += std::string("; no ") + token(p.heads_kind()) + " kernel, the gqa kernel covers it";
+            if (entry->key.head_dim != p.head_dim)
+                reason += "; head_dim " + std::to_string(p.head_dim) + " on the d" + std::to_string(entry->key.head_dim) +
+                          " kernel (its columns past " + std::to_string(p.head_dim) + " are zeros)";
             return {entry, reason};
         }
         passed_over += std::string("; not ") + token(choice.family) + ": " + why_not;
@@ -123,7 +144,9 @@ std::string regenerate_advice(const Problem& p, std::optional<Arch> arch) {
         rules += std::string(rules.empty() ? "" : "; ") + kFamilyTokens[f] + " takes a multiple of " +
                  std::to_string(rule.multiple) + " up to " + std::to_string(rule.max);
     }
-    if (!taken) return "head_dim " + std::to_string(p.head_dim) + " cannot be generated (" + rules + ")";
+    if (!taken)
+        return "head_dim " + std::to_string(p.head_dim) + " cannot be generated (" + rules +
+               "); a multiple of 8 also runs on a larger kernel of a family that serves smaller head_dims";
 
     // The axis values the table lacks, added to the recorded selection by --refresh.
     std::string options;

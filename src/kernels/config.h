@@ -28,16 +28,20 @@ __device__ inline int kv_head_of(int head_q, int heads_q, int heads_kv) {
 }
 
 // Checks a kernel family's launcher runs before touching memory: the runtime problem must
-// match the kernel's compile-time tuple, and rows must allow 16-byte vector access.
+// match the kernel's compile-time tuple (its head_dim, or a smaller multiple of 8 for a family
+// that serves those, kFamilyHeadDimRules), and rows must allow 16-byte vector access.
 template <class Config>
-inline bool params_match(const FwdParams& p) {
+inline bool params_match(const FwdParams& p, Family family) {
+    const bool head_dim_ok = p.head_dim == Config::head_dim ||
+                             (kFamilyHeadDimRules[static_cast<int>(family)].serves_smaller && p.head_dim > 0 &&
+                              p.head_dim < Config::head_dim && p.head_dim % 8 == 0);
     const bool heads_ok = Config::heads == HeadsKind::mha   ? p.heads_kv == p.heads_q
                           : Config::heads == HeadsKind::mqa ? p.heads_kv == 1
                                                             : p.heads_kv > 0 && p.heads_q % p.heads_kv == 0;
     const auto aligned = [](const void* ptr, const TensorStrides& s) {
         return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
     };
-    return heads_ok && p.head_dim == Config::head_dim && p.batch > 0 && p.heads_q > 0 && p.seqlen_q > 0 &&
+    return heads_ok && head_dim_ok && p.batch > 0 && p.heads_q > 0 && p.seqlen_q > 0 &&
            p.seqlen_kv > 0 && p.window.left >= 0 && p.window.right >= 0 && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
            aligned(p.v, p.v_strides) && aligned(p.o, p.o_strides);
 }

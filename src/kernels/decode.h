@@ -160,7 +160,7 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
 
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 hipError_t launch(const FwdParams& p, hipStream_t stream) {
-    if (!params_match<Config>(p)) return hipErrorInvalidValue;
+    if (!params_match<Config>(p, Family::decode)) return hipErrorInvalidValue;
     return with_variant<Config, GroupWidth>(
         p, [&](auto traits) { return launch_variant<decltype(traits), Config>(p, stream); });
 }
@@ -195,7 +195,7 @@ std::string describe(const FwdParams& p) {
 // Bytes of workspace launch() needs for this problem on the current device (0: none).
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 size_t workspace_size(const FwdParams& p) {
-    return params_match<Config>(p) ? workspace_bytes(p, plan<Config, GroupWidth>(p).workspace_splits()) : 0;
+    return params_match<Config>(p, Family::decode) ? workspace_bytes(p, plan<Config, GroupWidth>(p).workspace_splits()) : 0;
 }
 
 }  // namespace decode

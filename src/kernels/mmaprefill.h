@@ -29,7 +29,7 @@ template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
     const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr || p.page_size != 0};
     const bool packed_alike = (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);  // Q and K/V
-    return params_match<Config>(p) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
+    return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
            !declined_option(matrix_core(Config::arch) == MatrixCore::wgmma, options);
 }
 
@@ -104,12 +104,13 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
         if (!supports<Config>(p, tiling)) return hipErrorInvalidValue;
         const bool bf16 = Config::dtype == DType::bf16;
         // Packed tensors are one batch of all their rows (TileWork's coordinates); the driver
-        // takes a batch stride past the rows.
+        // takes a batch stride past the rows. Rows are p.head_dim wide: TMA zero-fills a smaller
+        // head_dim's columns up to the kernel's and leaves them out of the output's stores.
         auto map = [&](CUtensorMap* m, const void* base, TensorStrides s, const int* cu_seqlens, int total, int heads,
                        int rows, int box_rows, int box_heads) {
             if (cu_seqlens) s.batch = int64_t(total) * s.row;
             return hopper::encode_tensor_map(m, bf16, base, s, cu_seqlens ? 1 : p.batch, heads, cu_seqlens ? total : rows,
-                                             T::kHeadDim, box_rows, box_heads);
+                                             p.head_dim, box_rows, box_heads);
         };
         TensorMaps maps;
         if (!map(&maps.q, p.q, p.q_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, tiling.rows_per_head,

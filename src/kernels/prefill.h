@@ -49,16 +49,17 @@ struct Traits {
     static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
 };
 
-// Copies rows [first, first + kRows) into shared memory, zero-filling rows at or past `end` so
-// that no stale or poisoned value reaches the maths. row_at(i): element 0 of row i.
+// Copies rows [first, first + kRows) into shared memory, zero-filling rows at or past `end` and
+// columns past `columns` (a smaller head_dim than the kernel's) so that no stale or poisoned
+// value reaches the maths. row_at(i): element 0 of row i.
 template <class T, int kRows, class RowAt>
-__device__ inline void stage_rows(uint16_t* tile, RowAt row_at, int first, int end) {
+__device__ inline void stage_rows(uint16_t* tile, RowAt row_at, int first, int end, int columns) {
     constexpr int kChunksPerRow = T::kHeadDim / T::kVec;
     for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += T::kThreads) {
         const int r = chunk / kChunksPerRow;
         const int col = (chunk % kChunksPerRow) * T::kVec;
         uint4 value = make_uint4(0, 0, 0, 0);
-        if (first + r < end) value = *reinterpret_cast<const uint4*>(row_at(first + r) + col);
+        if (first + r < end && col < columns) value = *reinterpret_cast<const uint4*>(row_at(first + r) + col);
         *reinterpret_cast<uint4*>(tile + r * T::kSmemStride + col) = value;
     }
 }
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
         mask.key_range(q0, q0 + T::kBlockRows - 1, kv_begin, kv_end);
 
         __syncthreads();  // the previous item is done with q_tile
-        stage_rows<T, T::kBlockRows>(q_tile, [&](int i) { return q + i * p.q_strides.row; }, q0, len_q);
+        stage_rows<T, T::kBlockRows>(q_tile, [&](int i) { return q + i * p.q_strides.row; }, q0, len_q, p.head_dim);
 
         float row_max[R], row_sum[R], acc[R][T::kColsPerLane];
 #pragma unroll
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
 
         for (int k0 = kv_begin; k0 < kv_end; k0 += T::kBlockKeys) {
             __syncthreads();  // everyone is done with the previous V tile
-            stage_rows<T, T::kBlockKeys>(kv_tile, [&](int j) { return k.row(j, p.k_strides); }, k0, kv_end);
+            stage_rows<T, T::kBlockKeys>(kv_tile, [&](int j) { return k.row(j, p.k_strides); }, k0, kv_end, p.head_dim);
             __syncthreads();
 
             // Scores of this group's rows against keys lane, lane + width, ... of the tile.
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
             }
 
             __syncthreads();  // everyone is done with the K tile
-            stage_rows<T, T::kBlockKeys>(kv_tile, [&](int j) { return v.row(j, p.v_strides); }, k0, kv_end);
+            stage_rows<T, T::kBlockKeys>(kv_tile, [&](int j) { return v.row(j, p.v_strides); }, k0, kv_end, p.head_dim);
             __syncthreads();
 
             // Online softmax: rescale what was accumulated to the new running maximum.
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
 #pragma unroll
                 for (int c = 0; c < T::kColsPerLane; ++c) {
                     const int col = lane + c * T::kGroupWidth;
-                    if (col < T::kHeadDim) o[row * p.o_strides.row + col] = Numeric::pack(acc[r][c] * inv);
+                    if (col < p.head_dim) o[row * p.o_strides.row + col] = Numeric::pack(acc[r][c] * inv);
                 }
                 if (lane == 0) store_lse<kOptions>(p, batch, head, row, row_max[r], total);
             }
@@ -244,7 +245,7 @@ unsigned launch_blocks(const FwdParams& p) {
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 hipError_t launch(const FwdParams& p, hipStream_t stream) {
     using T = Traits<Config, GroupWidth>;
-    if (!params_match<Config>(p)) return hipErrorInvalidValue;
+    if (!params_match<Config>(p, Family::prefill)) return hipErrorInvalidValue;
     if (has_run_time_options(p)) fwd_kernel<Config, GroupWidth, true><<<launch_blocks<T>(p), T::kThreads, 0, stream>>>(p);
     else fwd_kernel<Config, GroupWidth, false><<<launch_blocks<T>(p), T::kThreads, 0, stream>>>(p);
     return hipGetLastError();

@@ -257,6 +257,44 @@ TEST_P(Catalogue, RejectsParamsOfAnotherTuple) {
 INSTANTIATE_TEST_SUITE_P(AllKernels, Catalogue, ::testing::ValuesIn(catalogue_names()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
+// Every head_dim from 8 to 256 in steps of 8 that the build has no kernel for runs on the next
+// larger kernel of a family that serves smaller head_dims (zero-filled columns): prefill and
+// decode shapes, both masks, odd lengths, GQA, packed; a head_dim that is not a multiple of 8
+// is declined, not miscomputed.
+TEST(RoundedHeadDims, EveryMultipleOfEightRunsOnALargerKernel) {
+    SKIP_WITHOUT_GPU();
+    int rounded = 0;
+    uint64_t seed = 500;
+    for (int d = 8; d <= 256; d += 8) {
+        for (int shape = 0; shape < 3; ++shape) {
+            Problem p;
+            p.dtype = shape == 1 ? DType::bf16 : DType::fp16, p.head_dim = d;
+            p.batch = 2, p.heads_q = 8, p.heads_kv = 2, p.seqlen_q = shape == 1 ? 3 : 77, p.seqlen_kv = 201;
+            if (shape != 0) p.mask = AttentionMask::causal();
+            GpuCase c{p, {}, seed++};
+            c.lse = shape == 0;
+            if (shape == 2) {
+                c.problem.layout = Layout::packed, c.problem.mask = AttentionMask::local(30, 9);
+                c.lens = {{77, 1, 40}, {201, 3, 40}};
+                c.problem.batch = 3;
+            }
+            const Selection chosen = select_kernel(c.problem, *test_device().arch);
+            if (!chosen.entry) {
+                ADD_FAILURE() << "no kernel for " << c.describe() << ": " << chosen.reason;
+                continue;
+            }
+            if (chosen.entry->key.head_dim == d) continue;
+            ++rounded;
+            const CaseResult r = run_case(*chosen.entry, c);
+            EXPECT_TRUE(r.passed) << chosen.entry->name << " for d" << d << ": " << r.message;
+        }
+    }
+    EXPECT_GT(rounded, 0) << "every head_dim had its own kernel: nothing was rounded";
+    Problem odd;
+    odd.head_dim = 59, odd.heads_q = 4, odd.heads_kv = 4, odd.seqlen_q = odd.seqlen_kv = 64;
+    EXPECT_EQ(select_kernel(odd, *test_device().arch).entry, nullptr);
+}
+
 // Long sequences, for the kernels of one shape per mask and family (each case takes the
 // reference long).
 TEST(LongSequences, SixteenThousandKeys) {

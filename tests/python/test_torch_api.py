@@ -220,6 +220,9 @@ _SHAPES = [  # batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal, wi
     (1, 129, 129, 8, 8, 256, False, (-1, 5)),  # right side only
     (2, 64, 1000, 4, 1, 128, False, (100, -1)),  # left side only, MQA
     (3, 2, 700, 8, 2, 128, False, (40, 3)),    # decode rows, a window far before the last keys
+    (2, 100, 150, 4, 2, 80, True, (-1, -1)),   # head_dim 80 on a larger kernel (zero-filled columns)
+    (1, 3, 300, 8, 1, 40, False, (-1, -1)),    # decode rows, head_dim 40
+    (1, 65, 65, 4, 4, 200, False, (20, 20)),   # head_dim 200 on the d256 kernel, a two-sided window
 ]
 
 
@@ -233,6 +236,22 @@ def test_torch_flash_attn_func_matches_fp64(shape, dtype):
     q = _random(batch, seqlen_q, heads, head_dim, dtype=dtype)
     k, v = (_random(batch, seqlen_kv, heads_kv, head_dim, dtype=dtype) for _ in range(2))
     _check_call(q, k, v, causal=causal, window_size=window)
+
+
+@needs_cuda
+def test_torch_every_multiple_of_eight_head_dim_runs_on_the_kernels():
+    """FlashAttention serves every head_dim up to 256; so do the kernels, a smaller multiple of 8
+    on the next larger kernel. Other head_dims fall back, saying why."""
+    api = _api()
+    for head_dim in range(8, 257, 8):
+        for seqlen_q in (1, 130):
+            q = _random(2, seqlen_q, 4, head_dim)
+            k, v = (_random(2, 140, 2, head_dim) for _ in range(2))
+            choice = api.which_backend(q, k, v, causal=seqlen_q > 1)
+            assert choice.backend == "fmha", f"head_dim {head_dim}, seqlen_q {seqlen_q}: {choice}"
+    q, k, v = (_random(1, 16, 2, 59) for _ in range(3))
+    choice = api.which_backend(q, k, v)
+    assert choice.backend == "sdpa" and "head_dim 59 is not a multiple of 8" in choice.reason, choice
 
 
 @needs_cuda
@@ -428,24 +447,22 @@ def test_torch_cuda_graph_capture_and_replay():
 
 
 @needs_cuda
-def test_torch_fallback_warns_once_and_names_the_generator_command(monkeypatch):
+def test_torch_fallback_warns_once_and_strict_mode_raises(monkeypatch):
     api = _api()
-    q, k, v = (_random(2, 16, 4, 96) for _ in range(3))
+    q, k, v = (_random(2, 16, 4, 60) for _ in range(3))
     choice = api.which_backend(q, k, v)
-    if choice.backend == "fmha":
-        pytest.skip(f"this build has a head_dim 96 kernel ({choice.kernel})")
-    assert choice.backend == "sdpa" and "python3 setup.py --refresh --head-dims 96" in choice.reason
+    assert choice.backend == "sdpa" and "head_dim 60 is not a multiple of 8" in choice.reason
     _backends._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = api.flash_attn_func(q, k, v)
         api.flash_attn_func(q, k, v)
     fallbacks = [w for w in caught if issubclass(w.category, api.FallbackWarning)]
-    assert len(fallbacks) == 1 and "--head-dims 96" in str(fallbacks[0].message)
+    assert len(fallbacks) == 1 and "head_dim 60" in str(fallbacks[0].message)
     reference, _ = _reference(q, k, v)
     pytorch, _ = _reference(q, k, v, dtype=q.dtype)
     _assert_flash_rule(out, reference, pytorch)
-    with pytest.raises(api.UnsupportedError, match="--head-dims 96"):
+    with pytest.raises(api.UnsupportedError, match="head_dim 60"):
         api.flash_attn_func(q, k, v, strict=True)
     monkeypatch.setenv("FMHA_STRICT", "1")
     with pytest.raises(api.UnsupportedError, match="strict mode"):

@@ -146,14 +146,33 @@ TEST(Heuristics, AKernelThatDoesNotFitSaysWhichFieldsAndWhichFlags) {
                    "is mha, the problem's gqa (h=8, h_kv=2) (no -gqa or -mqa)");
 }
 
-TEST(Heuristics, NoKernelForAHeadDimOutsideTheCatalogue) {
+TEST(Heuristics, ASmallerHeadDimRunsOnTheNextLargerKernelOfAFamilyThatServesIt) {
     const Problem p = make(8, 8, 72);
+    const Selection chosen = select_kernel(p, some_arch());
+    ASSERT_NE(chosen.entry, nullptr) << chosen.reason;
+    EXPECT_GT(chosen.entry->key.head_dim, 72);
+    EXPECT_TRUE(kFamilyHeadDimRules[static_cast<int>(chosen.entry->key.family)].serves_smaller);
+    for (const KernelEntry& e : kernel_table())  // the smallest one that fits
+        if (e.key.family == chosen.entry->key.family && e.key.arch == chosen.entry->key.arch && e.key.head_dim > 72)
+            EXPECT_GE(e.key.head_dim, chosen.entry->key.head_dim) << e.name;
+    EXPECT_NE(chosen.reason.find("head_dim 72 on the d" + std::to_string(chosen.entry->key.head_dim) + " kernel"),
+              std::string::npos) << chosen.reason;
+    // An exact kernel is still one generator command away.
+    EXPECT_NE(regenerate_advice(p).find("python3 setup.py --refresh --head-dims 72 && make"), std::string::npos);
+    // The decode family runs its exact head_dim only.
+    const KernelKey decode{DType::fp16, 128, HeadsKind::mha, Mask::nomask, Family::decode, some_arch()};
+    std::string why;
+    EXPECT_FALSE(kernel_supports(decode, make(8, 8, 72), &why));
+    EXPECT_NE(why.find("the family runs its exact head_dim only"), std::string::npos) << why;
+}
+
+TEST(Heuristics, NoKernelForAHeadDimThatIsNotAMultipleOfEight) {
+    const Problem p = make(8, 8, 68);
     EXPECT_FALSE(catalogue_covers(p));
     EXPECT_EQ(select_kernel(p, some_arch()).entry, nullptr);
     const auto nearest = nearest_kernels(p);
     ASSERT_FALSE(nearest.empty());
     EXPECT_NE(nearest.front().find("fp16"), std::string::npos);
-    EXPECT_NE(regenerate_advice(p).find("python3 setup.py --refresh --head-dims 72 && make"), std::string::npos);
 }
 
 TEST(Heuristics, AHeadDimTheGeneratorRejectsGetsItsRuleNotACommand) {

@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         key = n / T::kChunksPerRow, column = n % T::kChunksPerRow * 8;
         return T::kTileChunks % T::kThreads == 0 || n < T::kTileChunks;
     };
-    // Key tile i's rows of K (or V) into registers; keys before the sequence are zeros.
+    // Key tile i's rows of K (or V) into registers; keys before the sequence, and columns past a
+    // smaller head_dim than the kernel's, are zeros.
     const auto fetch = [&](const void* tensor, const TensorStrides& strides, int i, uint4 (&next)[T::kChunksPerThread]) {
         const int k0 = work.first_key(i, T::kBlockKeys);
         const auto* rows = row_start(static_cast<const uint16_t*>(tensor), strides, p.cu_seqlens_kv, work.tile.batch, work.tile.head_kv, 0);
@@ -120,9 +121,11 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         for (int c = 0; c < T::kChunksPerThread; ++c) {
             int key, column;
             if (!chunk_of(c, key, column)) continue;
-            // Loads without a branch: a key before the sequence reads key 0 and is replaced by zeros.
-            const uint4 row = *reinterpret_cast<const uint4*>(rows + int64_t(max(k0 + key, 0)) * strides.row + column);
-            next[c] = k0 + key >= 0 ? row : make_uint4(0, 0, 0, 0);
+            // Loads without a branch: a key before the sequence (a column past the head_dim) reads
+            // key 0 (column 0) and is replaced by zeros.
+            const bool inside = k0 + key >= 0 && column < p.head_dim;
+            const uint4 row = *reinterpret_cast<const uint4*>(rows + int64_t(max(k0 + key, 0)) * strides.row + (inside ? column : 0));
+            next[c] = inside ? row : make_uint4(0, 0, 0, 0);
         }
     };
     // The fetched rows into LDS: K as they are, V transposed.
@@ -210,7 +213,8 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
                                           work.tile.head0 + row / tiling.rows_per_head, position_of(row));
 #pragma unroll
             for (int t = 0; t < T::kDimSteps; ++t)
-                q[t] = exists ? *reinterpret_cast<const mfma::Operand*>(q_row + t * mfma::kK + 4 * half) : mfma::Operand{0, 0};
+                q[t] = exists && t * mfma::kK < p.head_dim ? *reinterpret_cast<const mfma::Operand*>(q_row + t * mfma::kK + 4 * half)
+                                                           : mfma::Operand{0, 0};
         }
 
         if (keys.count > 0) {
@@ -251,7 +255,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
 #pragma unroll
                 for (int g = 0; g < mfma::kAccumulators / 4; ++g) {
                     const int column = c * mfma::kBlock + mfma::d_element(lane, 4 * g).row;  // 4 consecutive head-dim values
-                    if (T::kHeadDim % mfma::kBlock == 0 || column < T::kHeadDim)
+                    if (column < p.head_dim)
                         *reinterpret_cast<uint2*>(out + column) =
                             make_uint2(pack2<Numeric>(o[c][4 * g] * inverse, o[c][4 * g + 1] * inverse),
                                        pack2<Numeric>(o[c][4 * g + 2] * inverse, o[c][4 * g + 3] * inverse));

@@ -472,7 +472,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
             hopper::named_barrier_sync(epilogue, wgmma::kThreads);
             for (int chunk = thread; chunk < wgmma::kRows * kChunksPerRow; chunk += wgmma::kThreads) {
                 const int row = row0 + chunk / kChunksPerRow, column = chunk % kChunksPerRow * 8;
-                if (uint16_t* out = output_row(row))
+                if (uint16_t* out = column < p.head_dim ? output_row(row) : nullptr)
                     *reinterpret_cast<uint4*>(out + column) =
                         *reinterpret_cast<const uint4*>(output_rows + wgmma::swizzled_offset(T::kBlockRows, row, column));
             }
