@@ -165,6 +165,32 @@ def _append(k_cache, v_cache, k, v, starts, capacity, block_table, cache_batch_i
     v_cache[rows, positions] = v
 
 
+# Per device, an int32 flag that appends captured in a CUDA graph set when a position passed the
+# capacity (nothing can raise there); the next append that can check reports it and clears it.
+_overflowed = {}
+
+
+def _check_append(cache_seqlens, appended, capacity):
+    """Raises a ValueError where cache_seqlens (int32 [batch]) + appended passes the capacity, before
+    anything is written: one device-to-host copy. While a CUDA graph is captured, sets the device's
+    flag instead (in the graph: at each replay), which the next such check reports; while
+    torch.compile traces, nothing (positions past the capacity go to the last slot)."""
+    flag = _overflowed.get(cache_seqlens.device)
+    if _host_checks_allowed(cache_seqlens):
+        if flag is None:  # made outside capture: a flag made in a graph would be zeroed at each replay
+            flag = _overflowed[cache_seqlens.device] = torch.zeros((), dtype=torch.int32, device=cache_seqlens.device)
+        lowest, highest, earlier = torch.stack([cache_seqlens.min(), cache_seqlens.max(), flag]).tolist()
+        if earlier:
+            flag.zero_()
+            raise ValueError("an append captured in a CUDA graph went past the cache's capacity at a replay (those "
+                             "tokens were written to the last slot): keep cache_seqlens + new tokens <= capacity")
+        if lowest < 0 or highest + appended > capacity:
+            raise ValueError(f"cache_seqlens + new tokens ({appended}) must be in [0, capacity {capacity}]: "
+                             f"cache_seqlens range from {lowest} to {highest}; nothing was written")
+    elif flag is not None and not torch.compiler.is_compiling():
+        flag.bitwise_or_(((cache_seqlens.max() + appended > capacity) | (cache_seqlens.min() < 0)).int())
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -184,8 +210,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     (not with block_table, as in FlashAttention).
 
     cache_seqlens + seqlen_new past the capacity raises a ValueError: for a tensor this costs one
-    device-to-host copy, skipped while a CUDA graph is captured or torch.compile traces (then a
-    write past the capacity goes to the last slot).
+    device-to-host copy, skipped while a CUDA graph is captured or torch.compile traces. There a
+    write past the capacity goes to the last slot; a captured one also sets a flag on the device
+    that the next eager call with new tokens reports as a ValueError.
     """
     if not (rotary_cos is None and rotary_sin is None and cache_leftpad is None):
         unsupported = {"rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
@@ -247,11 +274,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         keys = capacity
         seqlens_kv = cache_seqlens
         if appended:
-            if _host_checks_allowed(cache_seqlens):  # one device-to-host copy; none while captured
-                lowest, highest = torch.stack([cache_seqlens.min(), cache_seqlens.max()]).tolist()
-                if lowest < 0 or highest + appended > capacity:
-                    raise ValueError(f"cache_seqlens + new tokens ({appended}) must be in [0, capacity {capacity}]: "
-                                     f"cache_seqlens range from {lowest} to {highest}; nothing was written")
+            _check_append(cache_seqlens, appended, capacity)
             seqlens_kv = cache_seqlens + appended
         seqlens_kv = seqlens_kv.contiguous()
     if appended:

@@ -767,6 +767,27 @@ def test_torch_kvcache_overflow_raises_and_writes_nothing(paged):
 
 
 @needs_torch
+def test_torch_kvcache_overflow_where_nothing_can_check_is_reported_next(monkeypatch):
+    """Under CUDA-graph capture no check can raise: an overflowing append sets the device's flag
+    (writing the last slot), and the next append that can check raises, once. Capture is stood
+    in for by turning the host checks off (the flag's ops are the same on the CPU)."""
+    api = _api()
+    from fmha import interface
+    torch.manual_seed(16)
+    cache_k, cache_v = torch.randn(2, 16, 2, 32), torch.randn(2, 16, 2, 32)
+    q, new = torch.randn(2, 1, 4, 32), torch.randn(2, 1, 2, 32)
+    fine, overflowing = torch.tensor([3, 4], dtype=torch.int32), torch.tensor([3, 16], dtype=torch.int32)
+    api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=fine)  # eager: makes the flag
+    monkeypatch.setattr(interface, "_host_checks_allowed", lambda t: False)
+    api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=overflowing)  # "captured"
+    assert torch.equal(cache_k[1, 15], new[1, 0]), "the overflowing token goes to the last slot"
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="an append captured in a CUDA graph went past the cache's capacity"):
+        api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=fine)
+    api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=fine)  # reported once
+
+
+@needs_torch
 def test_torch_serving_options_fall_back_with_flash_attention_semantics():
     """On the CPU every option runs on the PyTorch fallback: softcap and ALiBi by FlashAttention's
     rule, pages followed through the table (shuffled), cache_batch_idx, appends into the right pages."""
