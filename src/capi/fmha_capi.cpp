@@ -63,16 +63,17 @@ fmha_status to_problem(const fmha_problem* c, Problem* p) {
     p->softcap = c->softcap;  // Problem::validate() checks the options like fmha.exe's flags
     p->alibi = c->alibi != 0;
     p->page_size = c->page_size;
-    std::string errors;
-    for (const std::string& error : p->validate()) errors += (errors.empty() ? "" : "; ") + error;
-    if (c->page_size < 0) errors += (errors.empty() ? "" : "; ") + std::string("page_size must be >= 0 (0: not paged)");
+    std::vector<std::string> invalid = p->validate();
+    if (c->page_size < 0) invalid.push_back("page_size must be >= 0 (0: not paged)");
     // The block table may be wider than the longest sequence needs, never narrower.
-    if (p->paged() && c->max_pages_per_seq < paged_kv_shape(*p).max_pages_per_seq)
-        errors += (errors.empty() ? "" : "; ") + std::string("max_pages_per_seq (") + std::to_string(c->max_pages_per_seq) +
-                  ") must cover seqlen_kv " + std::to_string(c->seqlen_kv) + " in pages of " + std::to_string(c->page_size) +
-                  " (" + std::to_string(paged_kv_shape(*p).max_pages_per_seq) + ")";
-    if (!p->paged() && c->max_pages_per_seq != 0)
-        errors += (errors.empty() ? "" : "; ") + std::string("max_pages_per_seq is for a paged problem (page_size > 0)");
+    const int pages_needed = paged_kv_shape(*p).max_pages_per_seq;
+    if (p->paged() && c->max_pages_per_seq < pages_needed)
+        invalid.push_back("max_pages_per_seq (" + std::to_string(c->max_pages_per_seq) + ") must cover seqlen_kv " +
+                          std::to_string(c->seqlen_kv) + " in pages of " + std::to_string(c->page_size) + " (" +
+                          std::to_string(pages_needed) + ")");
+    if (!p->paged() && c->max_pages_per_seq != 0) invalid.push_back("max_pages_per_seq is for a paged problem (page_size > 0)");
+    std::string errors;
+    for (const std::string& error : invalid) errors += (errors.empty() ? "" : "; ") + error;
     if (!errors.empty()) return fail(FMHA_INVALID_ARGUMENT, "invalid problem: " + errors);
     return FMHA_OK;
 }
