@@ -41,7 +41,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
 
 
 _MAX_PLANS = 4096
-_plans = {}  # (device, dtype, sizes, window sides, scale, packed) -> Prepared, or the reason there is none
+_plans = {}  # (device, dtype, sizes, window sides, scale, packed, options) -> Prepared, or the reason there is none
 
 
 def _kernel_strides(t, packed=False):
@@ -64,13 +64,34 @@ def _aligned(t, strides):
     return t.data_ptr() % 16 == 0 and strides[0] % 8 == 0 and strides[1] % 8 == 0 and strides[2] % 8 == 0
 
 
-def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None):
+def _options_why_not(alibi_slopes, paged, k):
+    """Why the kernels cannot take these serving options as given, or None."""
+    if alibi_slopes is not None:
+        if alibi_slopes.stride(-1) != 1 and alibi_slopes.shape[-1] > 1:
+            return "alibi_slopes is not contiguous, which the kernels read: alibi_slopes.contiguous() makes it so"
+        if alibi_slopes.dim() == 2 and alibi_slopes.shape[0] > 1 and alibi_slopes.stride(0) != 0:
+            return ("alibi_slopes [batch, heads] may differ per sequence; the kernels take one slope per head "
+                    "([heads], or [batch, heads] as an expand() of one row)")
+    if paged is not None:
+        table, page_size = paged[0], k.shape[1]
+        if not 16 <= page_size <= 256 or page_size & (page_size - 1):
+            return f"page_block_size {page_size}: the kernels' pages are a power of two from 16 to 256 keys"
+        if not table.is_contiguous():
+            return "block_table is not contiguous, which the kernels read: block_table.contiguous() makes it so"
+
+
+def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None, softcap=0.0, alibi_slopes=None,
+            paged=None):
     """(launch, None) when a catalogue kernel serves the call, else (None, why not); a launch is
     (Prepared, the 12 kernel strides of q, k, v and the output, as fmha_tensors orders them).
     packed: (batch, max_seqlen_q, max_seqlen_k) of packed tokens q [total_q, h, d], k and v
-    [total_k, h_kv, d] (flash_attn_varlen_func), else None for [b, s, h, d] tensors."""
+    [total_k, h_kv, d] (flash_attn_varlen_func), else None for [b, s, h, d] tensors.
+    softcap, alibi_slopes: FlashAttention's (fmha._checks); paged: (block_table, the most keys a
+    sequence has) for k and v [num_blocks, page_block_size, h_kv, d], else None."""
     if packed is not None:  # as a padded batch's tensors, whose batch stride is the row stride
-        q, k, v = (t.unsqueeze(0) for t in (q, k, v))
+        q = q.unsqueeze(0)
+        if paged is None:
+            k, v = k.unsqueeze(0), v.unsqueeze(0)
     if not q.is_cuda:
         return None, f"the tensors are on {q.device}: the catalogue's kernels run on GPUs"
     dtype = _DTYPES.get(q.dtype)
@@ -81,8 +102,14 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None):
     if q.shape[-1] % 8:
         return None, (f"head_dim {q.shape[-1]} is not a multiple of 8: the kernels move rows in 16-byte vectors "
                       "(a multiple of 8 runs on the next larger kernel)")
+    why_not = _options_why_not(alibi_slopes, paged, k)
+    if why_not:
+        return None, why_not
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_kv, heads_kv = k.shape[1], k.shape[2]
+    page_size = max_pages = 0
+    if paged is not None:
+        seqlen_kv, page_size, max_pages = paged[1], k.shape[1], paged[0].shape[1]
     if packed is not None:
         batch, seqlen_q, seqlen_kv = packed
     try:
@@ -90,7 +117,7 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None):
     except OSError as error:
         return None, str(error)
     key = (q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, _INT32_MAX),
-           min(right, _INT32_MAX), scale, packed is not None)
+           min(right, _INT32_MAX), scale, packed is not None, softcap, alibi_slopes is not None, page_size, max_pages)
     prepared = _plans.get(key)
     if prepared is None:
         if len(_plans) >= _MAX_PLANS:  # e.g. a growing KV cache length: a new shape every step
@@ -98,7 +125,8 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None):
         prepared = _plans[key] = _plan(library, key, q.device)
     if isinstance(prepared, str):
         return None, prepared
-    strides = tuple(_kernel_strides(t, packed is not None) for t in (q, k, v))
+    strides = (_kernel_strides(q, packed is not None),) + tuple(
+        _kernel_strides(t, packed is not None and paged is None) for t in (k, v))  # pages keep their stride
     for name, t, kernel_strides in zip("qkv", (q, k, v), strides):
         if not _aligned(t, kernel_strides):
             return None, (f"{name}'s data pointer or strides are not multiples of 16 bytes, which the kernels' "
@@ -107,13 +135,14 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None):
 
 
 def _plan(library, key, torch_device):
-    device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, packed = key
-    sizes = (batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim)
+    (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, packed, softcap,
+     alibi, page_size, max_pages) = key
+    sizes = (batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, max_pages)
     if any(size > _INT32_MAX for size in sizes):
         return f"sizes {sizes}: the kernels take 32-bit sizes"
     masked = int(left >= 0 or right >= 0)  # FlashAttention's window_size; causal is (-1, 0)
     problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, masked, left, right, scale,
-                               int(packed))
+                               int(packed), softcap, int(alibi), page_size, max_pages)
     try:
         plan, reason = library.plan(problem, device)
     except _library.LibraryError as error:
@@ -157,11 +186,12 @@ def _workspace(nbytes, prepared, stream, kept):
     return nbytes, tensor, tensor.data_ptr()
 
 
-def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse, kept=False):
+def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse, kept=False, alibi_slopes=None, block_table=None):
     """(out [b, s_q, h, d], LSE [b, h, s_q] fp32 or None) by a launch of prepare(), on PyTorch's
     current stream, with the workspace from PyTorch's allocator: per call, or (kept=True, the
     eager calls of fmha._fastpath) the kept one. None where q's, k's or v's data pointer is not
-    16-byte aligned, which only a kept launch meets (prepare() checked the full path's)."""
+    16-byte aligned, which only a kept launch meets (prepare() checked the full path's).
+    alibi_slopes, block_table: the tensors of the options prepare() was given."""
     prepared, strides = launch
     q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
     if (q_ptr | k_ptr | v_ptr) & 15:
@@ -175,7 +205,8 @@ def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse, kept=False):
         q_ptr, k_ptr, v_ptr, out.data_ptr(), *strides,
         seqlens_q.data_ptr() if seqlens_q is not None else 0,
         seqlens_kv.data_ptr() if seqlens_kv is not None else 0,
-        lse.data_ptr() if lse is not None else 0, 0, 0, 0, 0)
+        lse.data_ptr() if lse is not None else 0, 0, 0, 0, 0,
+        alibi_slopes.data_ptr() if alibi_slopes is not None else 0, block_table.data_ptr() if block_table is not None else 0)
     _launch(prepared, tensors, workspace, stream)
     return out, lse
 
@@ -187,9 +218,11 @@ def _launch(prepared, tensors, workspace, stream):
         raise RuntimeError(f"fmha: {prepared.kernel}: {prepared.library.last_error()}")
 
 
-def forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, return_lse):
+def forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, return_lse, alibi_slopes=None,
+                   block_table=None):
     """(out [total_q, h, d], LSE [h, total_q] fp32 or None) of packed tokens by a launch of
-    prepare(..., packed=...): the tensors read in place, no gather or scatter."""
+    prepare(..., packed=...): the tensors read in place, no gather or scatter. With block_table,
+    k and v are pages, not packed: the keys' lengths are seqused_k."""
     prepared, strides = launch
     total_q, heads, head_dim = q.shape
     out = torch.empty((total_q, heads, head_dim), dtype=q.dtype, device=prepared.device)
@@ -199,6 +232,7 @@ def forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, retur
     tensors = _library.TENSORS.pack(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *strides,
         0, seqused_k.data_ptr() if seqused_k is not None else 0, lse.data_ptr() if lse is not None else 0,
-        cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), total_q, k.shape[0])
+        cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr() if block_table is None else 0, total_q, k.shape[0],
+        alibi_slopes.data_ptr() if alibi_slopes is not None else 0, block_table.data_ptr() if block_table is not None else 0)
     _launch(prepared, tensors, workspace, stream)
     return out, lse

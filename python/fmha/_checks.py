@@ -21,9 +21,9 @@ def _tensor(name, t, rank, layout):
         raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
 
 
-def qkv(q, k, v, rank=4, layout=_LAYOUT_4D):
+def qkv(q, k, v, rank=4, layout=_LAYOUT_4D, same_batch=True):
     """q [..., heads, head_dim], k and v [..., heads_kv, head_dim]: one dtype, one device, heads_kv
-    dividing heads, one head_dim, and batch (rank 4) matching."""
+    dividing heads, one head_dim, and batch (rank 4, unless not same_batch) matching."""
     _tensor("q", q, rank, layout)
     _tensor("k", k, rank, layout.replace("seqlen", "seqlen_kv").replace("heads", "heads_kv"))
     _tensor("v", v, rank, layout.replace("seqlen", "seqlen_kv").replace("heads", "heads_kv"))
@@ -33,7 +33,7 @@ def qkv(q, k, v, rank=4, layout=_LAYOUT_4D):
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
     if k.shape != v.shape:
         raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if rank == 4 and q.shape[0] != k.shape[0]:
+    if rank == 4 and same_batch and q.shape[0] != k.shape[0]:
         raise ValueError(f"q and k must have one batch size, got {q.shape[0]} and {k.shape[0]}")
     heads, heads_kv = q.shape[-2], k.shape[-2]
     if heads % heads_kv != 0:
@@ -88,3 +88,58 @@ def lengths(name, t, batch, device):
 def positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def softcap(value):
+    """FlashAttention's softcap: 0 (off) or a finite positive cap."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {value!r}")
+    return float(value)
+
+
+def alibi_slopes(slopes, batch, heads, device):
+    """FlashAttention's ALiBi slopes: fp32 [heads] or [batch, heads] on the tensors' device, or None."""
+    if slopes is None:
+        return
+    if not isinstance(slopes, torch.Tensor):
+        raise TypeError(f"alibi_slopes must be a torch.Tensor of float32, got {type(slopes).__name__}")
+    if slopes.dtype != torch.float32:
+        raise TypeError(f"alibi_slopes must be float32, got {slopes.dtype}")
+    if tuple(slopes.shape) not in ((heads,), (batch, heads)):
+        raise ValueError(f"alibi_slopes must be [heads] ({heads},) or [batch, heads] ({batch}, {heads}), "
+                         f"got shape {tuple(slopes.shape)}")
+    if slopes.device != device:
+        raise ValueError(f"alibi_slopes must be on {device} with q, k and v, got {slopes.device}")
+
+
+def block_table(table, batch, device):
+    """FlashAttention's block table: int32 [batch, max_blocks_per_seq] on the tensors' device."""
+    if not isinstance(table, torch.Tensor):
+        raise TypeError(f"block_table must be a torch.Tensor of int32, got {type(table).__name__}")
+    if table.dtype != torch.int32:
+        raise TypeError(f"block_table must be int32, got {table.dtype}")
+    if table.dim() != 2 or table.shape[0] != batch or table.shape[1] == 0:
+        raise ValueError(f"block_table must be 2-D [batch ({batch}), max_blocks_per_seq >= 1], got shape "
+                         f"{tuple(table.shape)}")
+    if table.device != device:
+        raise ValueError(f"block_table must be on {device} with q, k and v, got {table.device}")
+
+
+def paged_qkv(q, k_cache, v_cache, rank=4, layout=_LAYOUT_4D):
+    """q (rank 4, or 3 for packed tokens) and a paged cache: k_cache, v_cache [num_blocks,
+    page_block_size, heads_kv, head_dim] with q's dtype, device and head_dim."""
+    _tensor("q", q, rank, layout)
+    _tensor("k_cache", k_cache, 4, "[num_blocks, page_block_size, heads_kv, head_dim] with block_table")
+    _tensor("v_cache", v_cache, 4, "[num_blocks, page_block_size, heads_kv, head_dim] with block_table")
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise TypeError(f"q, k_cache and v_cache must have one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    if not (q.device == k_cache.device == v_cache.device):
+        raise ValueError(f"q, k_cache and v_cache must be on one device, got {q.device}, {k_cache.device}, "
+                         f"{v_cache.device}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    if q.shape[-2] % k_cache.shape[2] != 0:
+        raise ValueError(f"q's heads ({q.shape[-2]}) must be a multiple of the cache's heads ({k_cache.shape[2]}) (GQA/MQA)")
+    if q.shape[-1] != k_cache.shape[3]:
+        raise ValueError(f"q's head_dim ({q.shape[-1]}) and the cache's ({k_cache.shape[3]}) must be equal")

@@ -17,12 +17,12 @@ _launches = {}  # call key -> the catalogue's launch (fmha._catalogue.prepare)
 
 def _key(function, tensors, arguments):
     """The key of a call, or None for a non-tensor: the function's name, each tensor's shape,
-    strides, dtype and device, then the arguments' types (1, 1.0 and True are equal keys that
-    the checks tell apart), the arguments, and, for the last one, the window pair, its items'
-    types. Flat: a flat tuple hashes faster than one of pairs."""
+    strides, dtype and device (None for an optional tensor not given), then the arguments' types
+    (1, 1.0 and True are equal keys that the checks tell apart), the arguments, and, for the last
+    one, the window pair, its items' types. Flat: a flat tuple hashes faster than one of pairs."""
     try:
         key = [function]
-        key += [(t.shape, t.stride(), t.dtype, t.get_device()) for t in tensors]
+        key += [None if t is None else (t.shape, t.stride(), t.dtype, t.get_device()) for t in tensors]
     except AttributeError:
         return None
     key += map(type, arguments)
@@ -34,10 +34,11 @@ def _key(function, tensors, arguments):
     return tuple(key)
 
 
-def run(function, tensors, arguments, seqlens_kv, return_lse):
+def run(function, tensors, arguments, seqlens_kv, return_lse, alibi_slopes=None, block_table=None):
     """(key, (out, LSE or None)) by the launch kept for a call like an earlier one, or (key,
     None) where the caller runs the full path (then keep(key, ...)). function: the public
-    function's name; arguments: its non-tensor arguments, the window pair last; key: None under
+    function's name; tensors: q, k, v, then the others the call has (lengths, options; None where
+    not given); arguments: its non-tensor arguments, the window pair last; key: None under
     torch.compile, which traces the full path, or where the call has none."""
     if torch.compiler.is_compiling():
         return None, None
@@ -53,17 +54,21 @@ def run(function, tensors, arguments, seqlens_kv, return_lse):
         return key, None
     # seqlens_kv as it is: only contiguous lengths are kept (keep()), and the key holds their strides.
     # None where a data pointer is not 16-byte aligned: the full path then falls back.
-    return key, _catalogue.forward(launch, q, k, v, None, seqlens_kv, return_lse, True)  # kept=True
+    return key, _catalogue.forward(launch, q, k, v, None, seqlens_kv, return_lse, True,  # kept=True
+                                   alibi_slopes, block_table)
 
 
-def keep(key, q, k, v, seqlens_q, scale, left, right, dropout_p, seqlens_kv=None):
+def keep(key, q, k, v, seqlens_q, scale, left, right, dropout_p, seqlens_kv=None, softcap=0.0, alibi_slopes=None,
+         paged=None):
     """After the full path's checks passed: keeps the catalogue's launch for the call under key,
     where the catalogue serves it. seqlens_kv: the call's lengths tensor, which run() passes to
     the kernels as it is: a call whose lengths are not contiguous (which the full path copies) is
-    not kept. Contiguity is a matter of shape and strides, which the key holds."""
+    not kept. Contiguity is a matter of shape and strides, which the key holds. softcap,
+    alibi_slopes, paged: as fmha._catalogue.prepare takes them (the tensors as run() passes them)."""
     if key is None or key in _launches or (seqlens_kv is not None and not seqlens_kv.is_contiguous()):
         return
-    launch, _ = _catalogue.prepare(q, k, v, seqlens_q, scale, left, right, dropout_p)
+    launch, _ = _catalogue.prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, softcap=softcap,
+                                   alibi_slopes=alibi_slopes, paged=paged)
     if launch is not None:
         if len(_launches) >= _MAX_CALLS:  # e.g. a growing KV cache: a new shape every step
             _launches.clear()

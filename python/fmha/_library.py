@@ -23,7 +23,8 @@ class Problem(ctypes.Structure):
     """fmha_problem: the sizes and options that choose a kernel."""
     _fields_ = [("dtype", _c_int32), ("batch", _c_int32), ("heads_q", _c_int32), ("heads_kv", _c_int32),
                 ("seqlen_q", _c_int32), ("seqlen_kv", _c_int32), ("head_dim", _c_int32), ("masked", _c_int32),
-                ("window_left", _c_int32), ("window_right", _c_int32), ("scale", ctypes.c_float), ("packed", _c_int32)]
+                ("window_left", _c_int32), ("window_right", _c_int32), ("scale", ctypes.c_float), ("packed", _c_int32),
+                ("softcap", ctypes.c_float), ("alibi", _c_int32), ("page_size", _c_int32), ("max_pages_per_seq", _c_int32)]
 
 
 class Tensors(ctypes.Structure):
@@ -32,12 +33,13 @@ class Tensors(ctypes.Structure):
     _fields_ = [("q", _ptr), ("k", _ptr), ("v", _ptr), ("o", _ptr)] + [
         (f"{name}_{dim}_stride", _c_int64) for name in "qkvo" for dim in ("batch", "head", "row")] + [
         ("seqlens_q", _ptr), ("seqlens_kv", _ptr), ("lse", _ptr), ("cu_seqlens_q", _ptr), ("cu_seqlens_kv", _ptr),
-        ("total_q", _c_int32), ("total_kv", _c_int32)]
+        ("total_q", _c_int32), ("total_kv", _c_int32), ("alibi_slopes", _ptr), ("block_table", _ptr)]
 
 
 # fmha_tensors as bytes, for the hot path: one pack() of the pointers (0 for NULL) and strides
-# costs less than filling a Tensors. The same layout: 21 fields of 8 bytes and two of 4, no padding.
-TENSORS = struct.Struct("@4P12q5P2i")
+# costs less than filling a Tensors. The same layout: 21 fields of 8 bytes, two of 4, then two
+# pointers, no padding.
+TENSORS = struct.Struct("@4P12q5P2i2P")
 
 
 class Plan(ctypes.Structure):

@@ -8,15 +8,22 @@ import torch
 import torch.nn.functional as F
 
 
-def visible_keys(q, k, seqlens_q, seqlens_kv, left, right):
-    """Bool [batch or 1, 1, seqlen_q, seqlen_kv]: which keys each query row sees; None when all."""
-    if left < 0 and right < 0 and seqlens_q is None and seqlens_kv is None:
-        return None
+def _positions(q, k, seqlens_q, seqlens_kv):
+    """(row indices [1, seqlen_q, 1], key indices [1, 1, seqlen_kv], len_q, len_kv), the lengths
+    [batch, 1, 1] or ints: query i of a sequence is aligned with key i + len_kv - len_q."""
     seqlen_q, seqlen_kv = q.shape[1], k.shape[1]
     rows = torch.arange(seqlen_q, device=q.device).view(1, -1, 1)
     keys = torch.arange(seqlen_kv, device=q.device).view(1, 1, -1)
     len_q = seqlens_q.view(-1, 1, 1).long() if seqlens_q is not None else seqlen_q
     len_kv = seqlens_kv.view(-1, 1, 1).long() if seqlens_kv is not None else seqlen_kv
+    return rows, keys, len_q, len_kv
+
+
+def visible_keys(q, k, seqlens_q, seqlens_kv, left, right):
+    """Bool [batch or 1, 1, seqlen_q, seqlen_kv]: which keys each query row sees; None when all."""
+    if left < 0 and right < 0 and seqlens_q is None and seqlens_kv is None:
+        return None
+    rows, keys, len_q, len_kv = _positions(q, k, seqlens_q, seqlens_kv)
     diagonal = rows + len_kv - len_q
     visible = (keys < len_kv) & (rows < len_q)
     if right >= 0:
@@ -24,6 +31,15 @@ def visible_keys(q, k, seqlens_q, seqlens_kv, left, right):
     if left >= 0:
         visible = visible & (keys >= diagonal - left)
     return visible.unsqueeze(1)
+
+
+def alibi_bias(q, k, seqlens_q, seqlens_kv, alibi_slopes):
+    """FlashAttention's ALiBi: -slope[b, h] * |i + len_kv - len_q - j|, fp32 [batch or 1, heads, s_q, s_kv];
+    alibi_slopes fp32 [heads] or [batch, heads]."""
+    rows, keys, len_q, len_kv = _positions(q, k, seqlens_q, seqlens_kv)
+    distance = (rows + len_kv - len_q - keys).abs().float().unsqueeze(1)
+    slopes = alibi_slopes.float().view(-1, q.shape[2], 1, 1)
+    return -slopes * distance
 
 
 def _heads_first(q, k, v):
@@ -35,10 +51,22 @@ def _heads_first(q, k, v):
     return q, k, v
 
 
-def _probabilities(q, k, visible, scale):
+def _scores(q, k, scale, softcap, bias):
+    """fp32 scores [b, h, s_q, s_kv] by FlashAttention's rule (scale, then softcap * tanh(s / softcap),
+    then the ALiBi bias), and d(scores)/d(scale * q.k) where softcapped (else None)."""
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    slope = None
+    if softcap:
+        capped = torch.tanh(scores / softcap)
+        scores, slope = capped * softcap, 1 - capped * capped
+    if bias is not None:
+        scores = scores + bias
+    return scores, slope
+
+
+def _probabilities(scores, visible):
     """fp32 softmax probabilities [b, h, s_q, s_kv] and natural-log LSE [b, h, s_q]; a row that
     sees no key has probabilities 0 and LSE -inf."""
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
     if visible is not None:
         scores = scores.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
@@ -47,20 +75,23 @@ def _probabilities(q, k, visible, scale):
     return probabilities, lse
 
 
-def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse):
+def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap=0.0,
+              alibi_slopes=None):
     """(out [b, s_q, h, d] contiguous, LSE [b, h, s_q] or None), differentiable. Without LSE,
-    PyTorch's scaled_dot_product_attention; with it, the same math in fp32 (SDPA returns none)."""
+    softcap or ALiBi, PyTorch's scaled_dot_product_attention; with any, the same math in fp32
+    (SDPA returns no LSE and has no softcap)."""
     # PyTorch's fused SDPA kernels gave wrong results for a query 8 bytes off 16-byte alignment
     # (H100, PyTorch 2.11): such inputs go to it as aligned copies.
     q, k, v = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (q, k, v))
     visible = visible_keys(q, k, seqlens_q, seqlens_kv, left, right)
-    if return_lse:
+    if return_lse or softcap or alibi_slopes is not None:
         qh, kh, vh = _heads_first(q, k, v)
-        probabilities, lse = _probabilities(qh, kh, visible, scale)
+        bias = alibi_bias(q, k, seqlens_q, seqlens_kv, alibi_slopes) if alibi_slopes is not None else None
+        probabilities, lse = _probabilities(_scores(qh, kh, scale, softcap, bias)[0], visible)
         if dropout_p > 0:
             probabilities = F.dropout(probabilities, dropout_p)
         out = torch.matmul(probabilities, vh.float()).to(q.dtype)
-        return out.transpose(1, 2).contiguous(), lse
+        return out.transpose(1, 2).contiguous(), lse if return_lse else None
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=visible, dropout_p=dropout_p, scale=scale,
                                          enable_gqa=q.shape[2] != k.shape[2])
@@ -69,15 +100,19 @@ def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, ret
     return out.transpose(1, 2).contiguous(), None
 
 
-def attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right):
+def attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right, softcap=0.0,
+                       alibi_slopes=None):
     """(dq, dk, dv) of out (and LSE, when grad_lse is given) by recomputing the probabilities in
-    fp32: dV = P^T dO; dS = P (dO V^T - rowsum(P * dO V^T) + dLSE); dQ = scale dS K;
-    dK = scale dS^T Q; K and V gradients summed over each KV head's group."""
+    fp32: dV = P^T dO; dS = P (dO V^T - rowsum(P * dO V^T) + dLSE), times 1 - tanh^2 where
+    softcapped (the ALiBi bias is a constant); dQ = scale dS K; dK = scale dS^T Q; K and V
+    gradients summed over each KV head's group."""
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_kv, heads_kv = k.shape[1], k.shape[2]
     visible = visible_keys(q, k, seqlens_q, seqlens_kv, left, right)
     qh, kh, vh = _heads_first(q, k, v)
-    probabilities, _ = _probabilities(qh, kh, visible, scale)
+    bias = alibi_bias(q, k, seqlens_q, seqlens_kv, alibi_slopes) if alibi_slopes is not None else None
+    scores, capped_slope = _scores(qh, kh, scale, softcap, bias)
+    probabilities, _ = _probabilities(scores, visible)
     grad_out = grad_out.transpose(1, 2).float()
     grad_v = torch.matmul(probabilities.transpose(-1, -2), grad_out)
     grad_p = torch.matmul(grad_out, vh.float().transpose(-1, -2))
@@ -85,6 +120,8 @@ def attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale
     if grad_lse is not None and grad_lse.numel() > 0:
         grad_s = grad_s + grad_lse.float().unsqueeze(-1)
     grad_s = probabilities * grad_s
+    if capped_slope is not None:
+        grad_s = grad_s * capped_slope
     grad_q = torch.matmul(grad_s, kh.float()) * scale
     grad_k = torch.matmul(grad_s.transpose(-1, -2), qh.float()) * scale
     group = heads // heads_kv

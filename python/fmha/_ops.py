@@ -15,49 +15,55 @@ from . import _math, backends
 @torch.library.custom_op("fmha::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlens_q: Optional[torch.Tensor],
                  seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int, window_right: int,
-                 dropout_p: float, return_lse: bool, strict: Optional[bool]) -> Tuple[torch.Tensor, torch.Tensor]:
+                 dropout_p: float, return_lse: bool, strict: Optional[bool], softcap: float,
+                 alibi_slopes: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     out, lse = backends.run(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p,
-                            return_lse, strict)
+                            return_lse, strict, softcap, alibi_slopes)
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, return_lse,
-                    strict):
+                    strict, softcap, alibi_slopes):
     batch, seqlen_q, heads, head_dim = q.shape
     lse_shape = (batch, heads, seqlen_q) if return_lse else (0,)
     return q.new_empty((batch, seqlen_q, heads, head_dim)), q.new_empty(lse_shape, dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, _, _ = inputs
-    ctx.save_for_backward(q, k, v, seqlens_q, seqlens_kv)
-    ctx.options = (softmax_scale, window_left, window_right, dropout_p)
+    q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, _, _, softcap, alibi = inputs
+    ctx.save_for_backward(q, k, v, seqlens_q, seqlens_kv, alibi)
+    ctx.options = (softmax_scale, window_left, window_right, dropout_p, softcap)
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, seqlens_q, seqlens_kv = ctx.saved_tensors
-    scale, left, right, dropout_p = ctx.options
+    q, k, v, seqlens_q, seqlens_kv, alibi_slopes = ctx.saved_tensors
+    scale, left, right, dropout_p, softcap = ctx.options
     if dropout_p > 0:  # fmha.attention routes such calls to PyTorch's own autograd instead
         raise RuntimeError("fmha::attention has no backward for dropout_p > 0")
-    grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right)
-    return grads + (None,) * 8
+    grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right, softcap,
+                                     alibi_slopes)
+    return grads + (None,) * 10
 
 
 attention_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict):
+def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, softcap=0.0,
+              alibi_slopes=None):
     """(out [b, s_q, h, d], LSE [b, h, s_q] or None) of checked arguments (fmha._checks), by the
     cheapest path that is correct for the context: eager forward-only calls run the backend
     directly; autograd and torch.compile go through the operator."""
+    options = (softcap, alibi_slopes)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if needs_grad and dropout_p > 0:
         # No kernel has dropout: PyTorch's SDPA serves the call and its autograd the backward.
         if not torch.compiler.is_compiling():
-            return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict)
-        return _math.attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse)
+            return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict,
+                                *options)
+        return _math.attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, *options)
     if needs_grad or torch.compiler.is_compiling():
-        out, lse = attention_op(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict)
+        out, lse = attention_op(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict,
+                                *options)
         return out, lse if return_lse else None
-    return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict)
+    return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, *options)

@@ -34,25 +34,29 @@ class Choice:
 class CatalogueBackend:
     name = "fmha"
 
-    def choose(self, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p):
-        launch, why_not = _catalogue.prepare(q, k, v, seqlens_q, scale, left, right, dropout_p)
+    def choose(self, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap, alibi_slopes):
+        launch, why_not = _catalogue.prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, softcap=softcap,
+                                             alibi_slopes=alibi_slopes)
         if launch is None:
             return None, why_not
         return Choice(self.name, launch[0].kernel, launch[0].reason, launch), None
 
-    def forward(self, choice, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse):
-        return _catalogue.forward(choice.launch, q, k, v, seqlens_q, seqlens_kv, return_lse)
+    def forward(self, choice, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap,
+                alibi_slopes):
+        return _catalogue.forward(choice.launch, q, k, v, seqlens_q, seqlens_kv, return_lse, alibi_slopes=alibi_slopes)
 
 
 class SdpaBackend:
     """Serves every call (any dtype, device, head_dim, window, dropout); differentiable."""
     name = "sdpa"
 
-    def choose(self, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p):
+    def choose(self, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap, alibi_slopes):
         return Choice(self.name, None, "PyTorch's scaled_dot_product_attention"), None
 
-    def forward(self, choice, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse):
-        return _math.attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse)
+    def forward(self, choice, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap,
+                alibi_slopes):
+        return _math.attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap,
+                               alibi_slopes)
 
 
 # Tried in order; the last serves every call.
@@ -66,12 +70,13 @@ def strict_mode(strict):
     return os.environ.get("FMHA_STRICT", "").lower() in ("1", "true", "yes", "on")
 
 
-def choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p):
+def choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap=0.0, alibi_slopes=None):
     """(backend, Choice) for the call; the Choice of a fallback carries every earlier backend's
     reason for passing it over."""
     passed_over = []
     for backend in registry:
-        choice, why_not = backend.choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p)
+        choice, why_not = backend.choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap,
+                                         alibi_slopes)
         if choice is not None:
             if passed_over:
                 choice.reason = "; ".join(passed_over)
@@ -80,26 +85,36 @@ def choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p):
     raise UnsupportedError("no backend serves the call: " + "; ".join(passed_over))
 
 
-def run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict):
+def fall_back(reason, strict, instead="running on PyTorch's scaled_dot_product_attention"):
+    """The catalogue passed a call over: UnsupportedError in strict mode, else a FallbackWarning
+    once per reason."""
+    if strict_mode(strict):
+        raise UnsupportedError(f"fmha strict mode: no catalogue kernel serves this call ({reason})")
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(f"fmha: {instead}: {reason}", FallbackWarning, stacklevel=5)
+
+
+def run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, softcap=0.0,
+        alibi_slopes=None):
     """(out, LSE or None) by the first backend that serves the call; forward only (fmha._ops adds
     autograd)."""
-    backend, choice = choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p)
+    backend, choice = choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap, alibi_slopes)
     if backend is not registry[0]:
-        if strict_mode(strict):
-            raise UnsupportedError(f"fmha strict mode: no catalogue kernel serves this call ({choice.reason})")
-        if choice.reason not in _warned:
-            _warned.add(choice.reason)
-            warnings.warn(f"fmha: running on PyTorch's scaled_dot_product_attention: {choice.reason}",
-                          FallbackWarning, stacklevel=4)
-    return backend.forward(choice, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse)
+        fall_back(choice.reason, strict)
+    return backend.forward(choice, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap,
+                           alibi_slopes)
 
 
 def which_backend(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                  seqlens_q=None, seqlens_kv=None):
+                  seqlens_q=None, seqlens_kv=None, softcap=0.0, alibi_slopes=None):
     """The Choice that flash_attn_func (or, with per-sequence lengths, the varlen and KV-cache
     functions) would make for these arguments: `.backend` is "fmha" or "sdpa", `.kernel` the
     catalogue kernel's name, `.reason` why."""
     _checks.qkv(q, k, v)
     scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
     left, right = _checks.window(window_size, causal)
-    return choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, _checks.dropout(dropout_p))[1]
+    softcap = _checks.softcap(softcap)
+    _checks.alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
+    return choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, _checks.dropout(dropout_p), softcap,
+                  alibi_slopes)[1]

@@ -2,31 +2,36 @@
 GQA/MQA from the head counts, causal masks bottom-right aligned, LSE in natural log."""
 import torch
 
-from . import _catalogue, _checks, _fastpath
+from . import _catalogue, _checks, _fastpath, backends
 from ._ops import attention
 
 
-def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    return_lse=False, *, strict=None):
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, return_lse=False, *, strict=None):
     """Attention of q [batch, seqlen_q, heads, head_dim] over k, v [batch, seqlen_kv, heads_kv,
     head_dim]; heads a multiple of heads_kv. Returns out like q, and with return_lse also each
     row's log-sum-exp, fp32 [batch, heads, seqlen_q].
 
     causal: query i sees keys j <= i + seqlen_kv - seqlen_q (bottom-right). window_size
     (left, right): keys within [i + seqlen_kv - seqlen_q - left, ... + right]; -1 is unbounded.
-    strict: raise fmha.UnsupportedError instead of falling back to PyTorch's attention
-    (default: the FMHA_STRICT environment variable). Views whose last dimension is contiguous
-    are read in place.
+    softcap > 0: scores s = softcap * tanh(s / softcap) after the scale. alibi_slopes: fp32
+    [heads] or [batch, heads]; adds -slope * |i + seqlen_kv - seqlen_q - j| after the softcap
+    (FlashAttention's order). strict: raise fmha.UnsupportedError instead of falling back to
+    PyTorch's attention (default: the FMHA_STRICT environment variable). Views whose last
+    dimension is contiguous are read in place.
     """
-    key, result = _fastpath.run("flash_attn_func", (q, k, v), (dropout_p, softmax_scale, causal, window_size), None,
-                                return_lse)
+    key, result = _fastpath.run("flash_attn_func", (q, k, v, alibi_slopes),
+                                (dropout_p, softmax_scale, causal, softcap, window_size), None, return_lse, alibi_slopes)
     if result is None:
         _checks.qkv(q, k, v)
         scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
         left, right = _checks.window(window_size, causal)
         dropout_p = _checks.dropout(dropout_p)
-        _fastpath.keep(key, q, k, v, None, scale, left, right, dropout_p)
-        result = attention(q, k, v, None, None, scale, left, right, dropout_p, return_lse, strict)
+        softcap = _checks.softcap(softcap)
+        _checks.alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
+        _fastpath.keep(key, q, k, v, None, scale, left, right, dropout_p, softcap=softcap, alibi_slopes=alibi_slopes)
+        result = attention(q, k, v, None, None, scale, left, right, dropout_p, return_lse, strict, softcap,
+                           alibi_slopes)
     return result if return_lse else result[0]
 
 
@@ -38,30 +43,58 @@ def _padded(x, cu_seqlens, max_seqlen):
     return x[tokens]
 
 
+def _gathered_pages(cache, block_table, keys):
+    """A paged cache [num_blocks, page_block_size, heads, d] as each sequence's first `keys` keys,
+    a contiguous copy [batch, keys, heads, d] (the fallback's; the kernels follow the table)."""
+    return cache[block_table.long()].flatten(1, 2)[:, :keys]
+
+
+def _host_checks_allowed(t):
+    """Whether a value check may copy to the host: not while torch.compile traces or a CUDA graph is captured."""
+    return not torch.compiler.is_compiling() and not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
 def _check_cu_seqlens(name, cu_seqlens, total, max_seqlen):
-    """Values too: one device-to-host copy, skipped while a CUDA graph is captured or compiled."""
-    if torch.compiler.is_compiling() or (cu_seqlens.is_cuda and torch.cuda.is_current_stream_capturing()):
+    """Values too: one device-to-host copy, skipped while a CUDA graph is captured or compiled.
+    total: the token count it must end at (None: any, as for keys in pages)."""
+    if not _host_checks_allowed(cu_seqlens):
         return
     lengths = cu_seqlens[1:] - cu_seqlens[:-1]
     first, last, shortest, longest = torch.stack(
         [cu_seqlens[0], cu_seqlens[-1], lengths.min(), lengths.max()]).tolist()
-    if first != 0 or last != total or shortest < 0 or longest > max_seqlen:
-        raise ValueError(f"{name} must rise from 0 to the token count {total} in steps of at most {max_seqlen} "
-                         f"(max_seqlen): got first {first}, last {last}, steps {shortest} to {longest}")
+    if first != 0 or (total is not None and last != total) or shortest < 0 or longest > max_seqlen:
+        end = "" if total is None else f" to the token count {total}"
+        raise ValueError(f"{name} must rise from 0{end} in steps of at most {max_seqlen} (max_seqlen): got first "
+                         f"{first}, last {last}, steps {shortest} to {longest}")
+
+
+def _paged_capacity(k_cache, block_table):
+    return block_table.shape[1] * k_cache.shape[1]
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                           softmax_scale=None, causal=False, window_size=(-1, -1), return_lse=False, *, strict=None):
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           return_lse=False, *, block_table=None, strict=None):
     """Attention over packed sequences: q [total_q, heads, head_dim], k, v [total_k, heads_kv,
     head_dim]; sequence b holds tokens cu_seqlens[b] to cu_seqlens[b + 1] (int32 [batch + 1]).
-    Returns out like q, and with return_lse the LSE, fp32 [heads, total_q].
+    Returns out like q, and with return_lse the LSE, fp32 [heads, total_q]. softcap and
+    alibi_slopes as in flash_attn_func ([batch, heads] slopes: one row per sequence).
 
-    The kernels read the packed tokens in place. Calls they do not serve, and calls with
-    autograd or under torch.compile, take the padded path: the tokens gathered into a padded
+    block_table (int32 [batch, max_blocks_per_seq]): k, v are a paged cache [num_blocks,
+    page_block_size, heads_kv, head_dim] and sequence b's keys are its first cu_seqlens_k[b + 1]
+    - cu_seqlens_k[b] keys through row b of the table (FlashAttention 2.6's rule).
+
+    The kernels read the packed tokens (and pages) in place. Calls they do not serve, and calls
+    with autograd or under torch.compile, take the padded path: the tokens gathered into a padded
     batch ([batch, max_seqlen, heads, head_dim]) with per-sequence lengths, the output scattered
     back.
     """
-    _checks.qkv(q, k, v, rank=3, layout="[total_tokens, heads, head_dim]")
+    paged = block_table is not None
+    layout = "[total_tokens, heads, head_dim]"
+    if paged:
+        _checks.paged_qkv(q, k, v, rank=3, layout=layout)
+    else:
+        _checks.qkv(q, k, v, rank=3, layout=layout)
     _checks.positive_int("max_seqlen_q", max_seqlen_q)
     _checks.positive_int("max_seqlen_k", max_seqlen_k)
     if not isinstance(cu_seqlens_q, torch.Tensor) or cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] < 2:
@@ -69,23 +102,38 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     batch = cu_seqlens_q.shape[0] - 1
     _checks.lengths("cu_seqlens_q", cu_seqlens_q, batch + 1, q.device)
     _checks.lengths("cu_seqlens_k", cu_seqlens_k, batch + 1, q.device)
+    if paged:
+        _checks.block_table(block_table, batch, q.device)
+        if max_seqlen_k > _paged_capacity(k, block_table):
+            raise ValueError(f"max_seqlen_k ({max_seqlen_k}) must be at most what block_table reaches: "
+                             f"{block_table.shape[1]} blocks of {k.shape[1]} keys")
     _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q)
-    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k)
+    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], max_seqlen_k)
     scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
     left, right = _checks.window(window_size, causal)
     dropout_p = _checks.dropout(dropout_p)
+    softcap = _checks.softcap(softcap)
+    _checks.alibi_slopes(alibi_slopes, batch, q.shape[1], q.device)
+    seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]  # the keys' lengths where they are pages, or padded
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if not needs_grad and not torch.compiler.is_compiling() and cu_seqlens_q.is_contiguous() and cu_seqlens_k.is_contiguous():
-        launch, _ = _catalogue.prepare(q, k, v, None, scale, left, right, dropout_p,
-                                       packed=(batch, max_seqlen_q, max_seqlen_k))
+        launch, why_not = _catalogue.prepare(q, k, v, None, scale, left, right, dropout_p,
+                                             packed=(batch, max_seqlen_q, max_seqlen_k), softcap=softcap,
+                                             alibi_slopes=alibi_slopes,
+                                             paged=(block_table, max_seqlen_k) if paged else None)
         if launch is not None:
-            out, lse = _catalogue.forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, None, return_lse)
+            out, lse = _catalogue.forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                 seqlens_k if paged else None, return_lse, alibi_slopes, block_table)
             return (out, lse) if return_lse else out
-    seqlens_q = (cu_seqlens_q[1:] - cu_seqlens_q[:-1]).contiguous()
-    seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).contiguous()
-    out, lse = attention(_padded(q, cu_seqlens_q, max_seqlen_q), _padded(k, cu_seqlens_k, max_seqlen_k),
-                         _padded(v, cu_seqlens_k, max_seqlen_k), seqlens_q, seqlens_k, scale, left, right,
-                         dropout_p, return_lse, strict)
+        if paged:
+            backends.fall_back(why_not, strict, "gathering the pages into a contiguous copy")
+    seqlens_q = cu_seqlens_q[1:] - cu_seqlens_q[:-1]
+    if paged:
+        k_padded, v_padded = (_gathered_pages(t, block_table, max_seqlen_k) for t in (k, v))
+    else:
+        k_padded, v_padded = (_padded(t, cu_seqlens_k, max_seqlen_k) for t in (k, v))
+    out, lse = attention(_padded(q, cu_seqlens_q, max_seqlen_q), k_padded, v_padded, seqlens_q, seqlens_k, scale, left,
+                         right, dropout_p, return_lse, strict, softcap, alibi_slopes)
     # Each token's sequence and position in it, to read its row of the padded output.
     tokens = torch.arange(q.shape[0], device=q.device)
     sequence = torch.searchsorted(cu_seqlens_q[1:].long(), tokens, right=True).clamp_(max=batch - 1)
@@ -94,6 +142,53 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if not return_lse:
         return out
     return out, lse[sequence, :, position].transpose(0, 1).contiguous()
+
+
+def _append(k_cache, v_cache, k, v, starts, capacity, block_table, cache_batch_idx):
+    """Writes the new keys and values k, v [batch, new, heads_kv, d] into the cache after each
+    sequence's `starts` (an int, or int32 [batch]): through the block table where paged, into
+    cache row cache_batch_idx[b] (else b) otherwise. Positions are at most capacity - 1: checked
+    by the caller, except while a CUDA graph is captured or torch.compile traces, where nothing
+    can be checked and a position past the capacity is written to the last slot instead."""
+    batch, appended = k.shape[0], k.shape[1]
+    positions = torch.arange(appended, device=k.device)
+    positions = (positions + starts if isinstance(starts, int) else starts.long().unsqueeze(1) + positions)
+    positions = positions.expand(batch, appended).clamp(max=capacity - 1)
+    if block_table is not None:
+        page_size = k_cache.shape[1]
+        rows, positions = block_table.long().gather(1, positions // page_size), positions % page_size
+    elif cache_batch_idx is not None:
+        rows = cache_batch_idx.long().unsqueeze(1)
+    else:
+        rows = torch.arange(batch, device=k.device).unsqueeze(1)
+    k_cache[rows, positions] = k
+    v_cache[rows, positions] = v
+
+
+# Per device, an int32 flag that appends captured in a CUDA graph set when a position passed the
+# capacity (nothing can raise there); the next append that can check reports it and clears it.
+_overflowed = {}
+
+
+def _check_append(cache_seqlens, appended, capacity):
+    """Raises a ValueError where cache_seqlens (int32 [batch]) + appended passes the capacity, before
+    anything is written: one device-to-host copy. While a CUDA graph is captured, sets the device's
+    flag instead (in the graph: at each replay), which the next such check reports; while
+    torch.compile traces, nothing (positions past the capacity go to the last slot)."""
+    flag = _overflowed.get(cache_seqlens.device)
+    if _host_checks_allowed(cache_seqlens):
+        if flag is None:  # made outside capture: a flag made in a graph would be zeroed at each replay
+            flag = _overflowed[cache_seqlens.device] = torch.zeros((), dtype=torch.int32, device=cache_seqlens.device)
+        lowest, highest, earlier = torch.stack([cache_seqlens.min(), cache_seqlens.max(), flag]).tolist()
+        if earlier:
+            flag.zero_()
+            raise ValueError("an append captured in a CUDA graph went past the cache's capacity at a replay (those "
+                             "tokens were written to the last slot): keep cache_seqlens + new tokens <= capacity")
+        if lowest < 0 or highest + appended > capacity:
+            raise ValueError(f"cache_seqlens + new tokens ({appended}) must be in [0, capacity {capacity}]: "
+                             f"cache_seqlens range from {lowest} to {highest}; nothing was written")
+    elif flag is not None and not torch.compiler.is_compiling():
+        flag.bitwise_or_(((cache_seqlens.max() + appended > capacity) | (cache_seqlens.min() < 0)).int())
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -105,27 +200,52 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     [batch, capacity, heads_kv, head_dim] of which each sequence has filled cache_seqlens
     (an int, or int32 [batch]; None: all of it). New keys and values k, v [batch, seqlen_new,
     heads_kv, head_dim] are first written into the cache after them (in place), as in
-    FlashAttention. causal aligns each sequence's last query with its last key.
-    Positions past the capacity are not written (the last slot is, instead): keep
-    cache_seqlens + seqlen_new <= capacity. Returns out, and with return_softmax_lse the LSE.
+    FlashAttention. causal aligns each sequence's last query with its last key. softcap and
+    alibi_slopes as in flash_attn_func. Returns out, and with return_softmax_lse the LSE.
+
+    block_table (int32 [batch, max_blocks_per_seq]): a paged cache, k_cache and v_cache
+    [num_blocks, page_block_size, heads_kv, head_dim], sequence b's key j at row j % page_block_size
+    of block block_table[b, j // page_block_size]; its capacity is max_blocks_per_seq x
+    page_block_size. cache_batch_idx (int32 [batch]): sequence b uses cache row cache_batch_idx[b]
+    (not with block_table, as in FlashAttention).
+
+    cache_seqlens + seqlen_new past the capacity raises a ValueError: for a tensor this costs one
+    device-to-host copy, skipped while a CUDA graph is captured or torch.compile traces. There a
+    write past the capacity goes to the last slot; a captured one also sets a flag on the device
+    that the next eager call with new tokens reports as a ValueError.
     """
-    if not (rotary_cos is None and rotary_sin is None and cache_batch_idx is None and cache_leftpad is None and
-            block_table is None and softcap == 0.0 and alibi_slopes is None):
+    if not (rotary_cos is None and rotary_sin is None and cache_leftpad is None):
         unsupported = {"rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
-                       "cache_batch_idx": cache_batch_idx is not None, "cache_leftpad": cache_leftpad is not None,
-                       "block_table": block_table is not None, "softcap": softcap != 0.0,
-                       "alibi_slopes": alibi_slopes is not None}
+                       "cache_leftpad": cache_leftpad is not None}
         named = [name for name, given in unsupported.items() if given]
         raise NotImplementedError(f"flash_attn_with_kvcache: {', '.join(named)} not supported by fmha yet")
+    if block_table is not None and cache_batch_idx is not None:
+        raise ValueError("cache_batch_idx cannot be combined with block_table (as in FlashAttention): the block "
+                         "table already says where each sequence's keys are")
     key = None  # a decode step without new keys: the fast path's kind of call
-    if k is None and v is None and (cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor)):
-        tensors = (q, k_cache, v_cache) if cache_seqlens is None else (q, k_cache, v_cache, cache_seqlens)
-        key, result = _fastpath.run("flash_attn_with_kvcache", tensors, (softmax_scale, causal, window_size),
-                                    cache_seqlens, return_softmax_lse)
+    if (k is None and v is None and cache_batch_idx is None and
+            (cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor))):
+        tensors = (q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes)
+        key, result = _fastpath.run("flash_attn_with_kvcache", tensors, (softmax_scale, causal, softcap, window_size),
+                                    cache_seqlens, return_softmax_lse, alibi_slopes, block_table)
         if result is not None:
             return result if return_softmax_lse else result[0]
-    _checks.qkv(q, k_cache, v_cache)
-    batch, capacity = k_cache.shape[0], k_cache.shape[1]
+    paged = block_table is not None
+    if paged:
+        _checks.paged_qkv(q, k_cache, v_cache)
+        _checks.block_table(block_table, q.shape[0], q.device)
+        capacity = _paged_capacity(k_cache, block_table)
+    else:
+        _checks.qkv(q, k_cache, v_cache, same_batch=cache_batch_idx is None)
+        capacity = k_cache.shape[1]
+    batch = q.shape[0]
+    if cache_batch_idx is not None:
+        _checks.lengths("cache_batch_idx", cache_batch_idx, batch, q.device)
+        if _host_checks_allowed(cache_batch_idx):
+            lowest, highest = torch.stack([cache_batch_idx.min(), cache_batch_idx.max()]).tolist()
+            if lowest < 0 or highest >= k_cache.shape[0]:
+                raise ValueError(f"cache_batch_idx must index k_cache's {k_cache.shape[0]} rows, got values from "
+                                 f"{lowest} to {highest}")
     if (k is None) != (v is None):
         raise ValueError("k and v must be given together (new keys and values to append), or neither")
     appended = 0
@@ -138,6 +258,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         appended = k.shape[1]
     scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
     left, right = _checks.window(window_size, causal)
+    softcap = _checks.softcap(softcap)
+    _checks.alibi_slopes(alibi_slopes, batch, q.shape[2], q.device)
 
     seqlens_kv = None
     if cache_seqlens is None:
@@ -147,22 +269,36 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if not 0 <= cache_seqlens or not 0 < keys <= capacity:
             raise ValueError(f"cache_seqlens ({cache_seqlens}) + new tokens ({appended}) must be in [1, capacity "
                              f"{capacity}]")
-        if appended:
-            k_cache[:, cache_seqlens:keys] = k
-            v_cache[:, cache_seqlens:keys] = v
-        k_cache, v_cache = k_cache[:, :keys], v_cache[:, :keys]
     else:
         _checks.lengths("cache_seqlens", cache_seqlens, batch, q.device)
         keys = capacity
         seqlens_kv = cache_seqlens
         if appended:
-            positions = (cache_seqlens.long().unsqueeze(1) + torch.arange(appended, device=q.device)).clamp_(
-                max=capacity - 1)
-            rows = torch.arange(batch, device=q.device).unsqueeze(1)
-            k_cache[rows, positions] = k
-            v_cache[rows, positions] = v
+            _check_append(cache_seqlens, appended, capacity)
             seqlens_kv = cache_seqlens + appended
         seqlens_kv = seqlens_kv.contiguous()
-    _fastpath.keep(key, q, k_cache, v_cache, None, scale, left, right, 0.0, cache_seqlens)
-    out, lse = attention(q, k_cache, v_cache, None, seqlens_kv, scale, left, right, 0.0, return_softmax_lse, strict)
+    if appended:
+        _append(k_cache, v_cache, k, v, cache_seqlens, capacity, block_table, cache_batch_idx)
+
+    if paged:
+        needs_grad = torch.is_grad_enabled() and q.requires_grad
+        if not needs_grad and not torch.compiler.is_compiling():
+            paging = (block_table, keys)
+            launch, why_not = _catalogue.prepare(q, k_cache, v_cache, None, scale, left, right, 0.0, softcap=softcap,
+                                                 alibi_slopes=alibi_slopes, paged=paging)
+            if launch is not None:
+                _fastpath.keep(key, q, k_cache, v_cache, None, scale, left, right, 0.0, cache_seqlens, softcap,
+                               alibi_slopes, paging)
+                out, lse = _catalogue.forward(launch, q, k_cache, v_cache, None, seqlens_kv, return_softmax_lse,
+                                              alibi_slopes=alibi_slopes, block_table=block_table)
+                return (out, lse) if return_softmax_lse else out
+            backends.fall_back(why_not, strict, "gathering the pages into a contiguous copy")
+        k_cache, v_cache = (_gathered_pages(t, block_table, keys) for t in (k_cache, v_cache))
+    else:
+        if cache_batch_idx is not None:  # the sequences' rows of the cache, as a copy
+            k_cache, v_cache = (t.index_select(0, cache_batch_idx.long()) for t in (k_cache, v_cache))
+        k_cache, v_cache = k_cache[:, :keys], v_cache[:, :keys]
+        _fastpath.keep(key, q, k_cache, v_cache, None, scale, left, right, 0.0, cache_seqlens, softcap, alibi_slopes)
+    out, lse = attention(q, k_cache, v_cache, None, seqlens_kv, scale, left, right, 0.0, return_softmax_lse, strict,
+                         softcap, alibi_slopes)
     return (out, lse) if return_softmax_lse else out

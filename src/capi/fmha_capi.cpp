@@ -18,9 +18,9 @@
 #include "platform/device.h"
 
 // python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
-static_assert(sizeof(fmha_problem) == 44 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
-static_assert(sizeof(fmha_tensors) == 176 && offsetof(fmha_tensors, seqlens_q) == 128 &&
-                  offsetof(fmha_tensors, cu_seqlens_q) == 152,
+static_assert(sizeof(fmha_problem) == 60 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_tensors) == 192 && offsetof(fmha_tensors, seqlens_q) == 128 &&
+                  offsetof(fmha_tensors, cu_seqlens_q) == 152 && offsetof(fmha_tensors, alibi_slopes) == 176,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
 
 namespace fmha {
@@ -59,8 +59,20 @@ fmha_status to_problem(const fmha_problem* c, Problem* p) {
     p->mask = c->masked ? AttentionMask::local(c->window_left, c->window_right) : AttentionMask::none();
     p->scale = c->scale;
     if (c->packed) p->layout = Layout::packed;
+    p->softcap = c->softcap;  // Problem::validate() checks the options like fmha.exe's flags
+    p->alibi = c->alibi != 0;
+    p->page_size = c->page_size;
+    std::vector<std::string> invalid = p->validate();
+    if (c->page_size < 0) invalid.push_back("page_size must be >= 0 (0: not paged)");
+    // The block table may be wider than the longest sequence needs, never narrower.
+    const int pages_needed = paged_kv_shape(*p).max_pages_per_seq;
+    if (p->paged() && c->max_pages_per_seq < pages_needed)
+        invalid.push_back("max_pages_per_seq (" + std::to_string(c->max_pages_per_seq) + ") must cover seqlen_kv " +
+                          std::to_string(c->seqlen_kv) + " in pages of " + std::to_string(c->page_size) + " (" +
+                          std::to_string(pages_needed) + ")");
+    if (!p->paged() && c->max_pages_per_seq != 0) invalid.push_back("max_pages_per_seq is for a paged problem (page_size > 0)");
     std::string errors;
-    for (const std::string& error : p->validate()) errors += (errors.empty() ? "" : "; ") + error;
+    for (const std::string& error : invalid) errors += (errors.empty() ? "" : "; ") + error;
     if (!errors.empty()) return fail(FMHA_INVALID_ARGUMENT, "invalid problem: " + errors);
     return FMHA_OK;
 }
@@ -209,10 +221,25 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         if (checked == FMHA_OK) checked = check_tensor("v", t.v, t.v_strides);
         if (checked == FMHA_OK) checked = check_tensor("o", t.o, t.o_strides);
         if (checked != FMHA_OK) return checked;
-        if (p.layout == Layout::packed && (!t.cu_seqlens_q || !t.cu_seqlens_kv || t.total_q <= 0 || t.total_kv <= 0))
+        // Paged K and V are not packed: their lengths come from seqlens_kv or cu_seqlens_kv.
+        if (p.layout == Layout::packed && !p.paged() &&
+            (!t.cu_seqlens_q || !t.cu_seqlens_kv || t.total_q <= 0 || t.total_kv <= 0))
             return fail(FMHA_INVALID_ARGUMENT, "problem.packed needs tensors.cu_seqlens_q and cu_seqlens_kv and "
                                                "positive total_q and total_kv (got " + std::to_string(t.total_q) + ", " +
                                                std::to_string(t.total_kv) + ")");
+        if (p.layout == Layout::packed && p.paged() && (!t.cu_seqlens_q || t.total_q <= 0 || (!t.seqlens_kv && !t.cu_seqlens_kv)))
+            return fail(FMHA_INVALID_ARGUMENT, "problem.packed with a paged KV cache needs tensors.cu_seqlens_q, a positive "
+                                               "total_q (got " + std::to_string(t.total_q) + ") and the keys' lengths "
+                                               "(seqlens_kv or cu_seqlens_kv)");
+        if (p.paged() != (t.block_table != nullptr))
+            return fail(FMHA_INVALID_ARGUMENT, p.paged() ? "problem.page_size " + std::to_string(p.page_size) +
+                                                               " (paged KV) needs tensors.block_table"
+                                                         : std::string("tensors.block_table is given but problem.page_size is 0"));
+        if (p.alibi != (t.alibi_slopes != nullptr))
+            return fail(FMHA_INVALID_ARGUMENT, p.alibi ? "problem.alibi needs tensors.alibi_slopes (fp32 [heads_q])"
+                                                       : "tensors.alibi_slopes is given but problem.alibi is 0");
+        if (reinterpret_cast<uintptr_t>(t.alibi_slopes) % 4 != 0 || reinterpret_cast<uintptr_t>(t.block_table) % 4 != 0)
+            return fail(FMHA_INVALID_ARGUMENT, "tensors.alibi_slopes and block_table must be 4-byte aligned");
         Arch arch;
         if (const fmha_status status = catalogue_arch(plan->device, &arch); status != FMHA_OK) return status;
         if (arch != entry.key.arch)
@@ -231,13 +258,17 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         params.seqlens_q = t.seqlens_q;
         params.seqlens_kv = t.seqlens_kv;
         params.lse = t.lse;
+        params.alibi_slopes = t.alibi_slopes;
+        params.block_table = t.block_table;
+        if (p.paged()) params.max_pages_per_seq = problem->max_pages_per_seq;  // the caller's table width
         if (p.layout == Layout::packed) {
             params.cu_seqlens_q = t.cu_seqlens_q;
             params.cu_seqlens_kv = t.cu_seqlens_kv;
             params.total_q = t.total_q;
             params.total_kv = t.total_kv;
             for (TensorStrides* s : {&params.q_strides, &params.k_strides, &params.v_strides, &params.o_strides})
-                s->batch = s->row;  // FwdParams: a packed tensor's sequences start cu_seqlens "batches" in
+                if (!p.paged() || s == &params.q_strides || s == &params.o_strides)
+                    s->batch = s->row;  // FwdParams: a packed tensor's sequences start cu_seqlens "batches" in; pages keep theirs
         }
         params.workspace = workspace;
         params.workspace_bytes = workspace_bytes;

@@ -48,6 +48,13 @@ typedef struct fmha_problem {
     float scale;    /* softmax scale on Q.K^T; 0 = 1/sqrt(head_dim) */
     int32_t packed; /* packed variable-length tokens (FlashAttention's varlen): tensors.cu_seqlens_* place
                        the sequences; seqlen_q and seqlen_kv are then the longest sequence's */
+    /* Serving options (v3), FlashAttention's rule: s = scale * q.k; s = softcap * tanh(s / softcap);
+     * s -= alibi_slopes[h] * |i + len_kv - len_q - j|. */
+    float softcap;             /* 0 = off; else finite and > 0 */
+    int32_t alibi;             /* tensors.alibi_slopes is given */
+    int32_t page_size;         /* paged KV cache (tensors.block_table): keys per page, a power of two from 16
+                                  to 256; 0 = K and V laid out by their strides */
+    int32_t max_pages_per_seq; /* paged: the block table's width, at least seqlen_kv / page_size rounded up */
 } fmha_problem;
 
 /* Device pointers of one call. Q and O are [batch, heads_q, seqlen_q, head_dim] by their strides,
@@ -68,6 +75,13 @@ typedef struct fmha_tensors {
     const int32_t* cu_seqlens_q;
     const int32_t* cu_seqlens_kv;
     int32_t total_q, total_kv;
+    /* v3: fp32 [heads_q] ALiBi slopes (problem.alibi), else NULL. */
+    const float* alibi_slopes;
+    /* v3: int32 [batch, max_pages_per_seq] contiguous (problem.page_size), else NULL: key j of sequence b
+     * is row j % page_size of page block_table[b][j / page_size]; K and V are then
+     * [pages, page_size, heads_kv, head_dim], their strides' batch field the stride between pages.
+     * Where Q is packed, K and V are not: their lengths are seqlens_kv (cu_seqlens_kv may be NULL). */
+    const int32_t* block_table;
 } fmha_tensors;
 
 /* A kernel chosen for a problem on a device, and the workspace bytes its launch needs. */

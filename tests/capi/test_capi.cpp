@@ -142,6 +142,62 @@ TEST(CApi, ForwardRejectsBadPlansAndTensors) {
                        "(got 0, 0)");
 }
 
+TEST(CApi, ServingOptionsAreValidated) {
+    fmha_plan plan{};
+    auto planned = [&](const fmha_problem& p) { return fmha_plan_forward(&p, 0, &plan, nullptr, 0); };
+    fmha_problem p = valid_problem();
+    p.page_size = 24;
+    p.max_pages_per_seq = 3;
+    EXPECT_EQ(planned(p), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("page size (-page-size) must be a power of two from 16 to 256 (got 24)"), std::string::npos) << error();
+    p.page_size = 16;  // 64 keys need 4 pages
+    EXPECT_EQ(planned(p), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("max_pages_per_seq (3) must cover seqlen_kv 64 in pages of 16 (4)"), std::string::npos) << error();
+    p = valid_problem();
+    p.max_pages_per_seq = 4;
+    EXPECT_EQ(planned(p), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("max_pages_per_seq is for a paged problem"), std::string::npos) << error();
+    p = valid_problem();
+    p.softcap = -1.f;
+    EXPECT_EQ(planned(p), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("softcap (-softcapping-scale-bmm1) must be a finite number >= 0"), std::string::npos) << error();
+}
+
+TEST(CApi, ForwardNeedsTheOptionsTensors) {
+    const int32_t kernel = kernel_with("_fp16_d128_gqa_nomask_decode_");
+    if (kernel < 0) GTEST_SKIP() << "no fp16 d128 gqa decode kernel in this catalogue";
+    const fmha_plan plan{kernel, 0, 0};
+    const fmha_tensors t = aligned_tensors();
+    const fmha_problem plain = valid_problem();
+    alignas(16) static int32_t table[8];
+    alignas(16) static float slopes[8];
+    // Each refused before any device is asked: these pass without a GPU.
+    fmha_problem paged = valid_problem();
+    paged.page_size = 16;
+    paged.max_pages_per_seq = 4;
+    EXPECT_EQ(fmha_forward(&plan, &paged, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "problem.page_size 16 (paged KV) needs tensors.block_table");
+    fmha_tensors with_table = t;
+    with_table.block_table = table;
+    EXPECT_EQ(fmha_forward(&plan, &plain, &with_table, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "tensors.block_table is given but problem.page_size is 0");
+    fmha_problem alibi = valid_problem();
+    alibi.alibi = 1;
+    EXPECT_EQ(fmha_forward(&plan, &alibi, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "problem.alibi needs tensors.alibi_slopes (fp32 [heads_q])");
+    fmha_tensors with_slopes = t;
+    with_slopes.alibi_slopes = slopes;
+    EXPECT_EQ(fmha_forward(&plan, &plain, &with_slopes, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "tensors.alibi_slopes is given but problem.alibi is 0");
+    // Packed queries against a paged cache: the keys' lengths are needed, cu_seqlens_kv is not.
+    paged.packed = 1;
+    with_table.cu_seqlens_q = table;
+    with_table.total_q = 2;
+    EXPECT_EQ(fmha_forward(&plan, &paged, &with_table, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("needs tensors.cu_seqlens_q, a positive total_q (got 2) and the keys' lengths"), std::string::npos)
+        << error();
+}
+
 TEST(CApi, LastErrorIsPerThread) {
     fmha_problem p = valid_problem();
     p.batch = -1;

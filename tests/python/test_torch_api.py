@@ -45,9 +45,12 @@ def _api():
 
 # ---------------------------------------------------------------- references and comparison
 
-def _reference(q, k, v, causal=False, window=(-1, -1), scale=None, seqlens_q=None, seqlens_kv=None, dtype=None):
+def _reference(q, k, v, causal=False, window=(-1, -1), scale=None, seqlens_q=None, seqlens_kv=None, dtype=None,
+               softcap=0.0, alibi=None):
     """Attention computed sequence by sequence in `dtype` (fp64 for the reference, q's dtype for
-    PyTorch's own error): (out [b, s_q, h, d] in q's dtype or fp64, LSE [b, h, s_q])."""
+    PyTorch's own error): (out [b, s_q, h, d] in q's dtype or fp64, LSE [b, h, s_q]). softcap and
+    alibi (slopes [h] or [b, h]) by FlashAttention's test reference: s = softcap * tanh(s / softcap),
+    then s - slope * |i + len_kv - len_q - j|."""
     dtype = dtype or torch.float64
     batch, seqlen_q, heads, head_dim = q.shape
     group = heads // k.shape[2]
@@ -64,6 +67,11 @@ def _reference(q, k, v, causal=False, window=(-1, -1), scale=None, seqlens_q=Non
         scores = torch.matmul(qb, kb.transpose(1, 2)) * scale
         rows = torch.arange(len_q, device=q.device).unsqueeze(1) + len_kv - len_q
         keys = torch.arange(len_kv, device=q.device).unsqueeze(0)
+        if softcap:
+            scores = torch.tanh(scores / softcap) * softcap
+        if alibi is not None:
+            slopes = (alibi[b] if alibi.dim() == 2 else alibi).to(dtype).view(-1, 1, 1)
+            scores = scores - slopes * (rows - keys).abs().to(dtype)
         visible = torch.ones(len_q, len_kv, dtype=torch.bool, device=q.device)
         if right >= 0:
             visible &= keys <= rows + right
@@ -178,8 +186,8 @@ def test_torch_bad_cu_seqlens_raise():
 def test_torch_kvcache_rejects_what_it_does_not_support():
     api = _api()
     q, cache = torch.zeros(2, 1, 4, 64), torch.zeros(2, 16, 4, 64)
-    with pytest.raises(NotImplementedError, match="block_table, softcap not supported"):
-        api.flash_attn_with_kvcache(q, cache, cache, block_table=torch.zeros(2, 1, dtype=torch.int32), softcap=5.0)
+    with pytest.raises(NotImplementedError, match="rotary_cos, cache_leftpad not supported"):
+        api.flash_attn_with_kvcache(q, cache, cache, rotary_cos=q, cache_leftpad=torch.zeros(2, dtype=torch.int32))
     with pytest.raises(ValueError, match="k and v must be given together"):
         api.flash_attn_with_kvcache(q, cache, cache, k=torch.zeros(2, 1, 4, 64), cache_seqlens=3)
     with pytest.raises(ValueError, match=r"cache_seqlens \(16\) \+ new tokens \(1\) must be in \[1, capacity 16\]"):
@@ -687,3 +695,359 @@ def test_torch_results_equal_fmha_exe(args, tmp_path):
     assert choice.kernel == meta["kernel"], choice
     out = api.flash_attn_func(q, k, v, causal=meta["causal"], strict=True)
     assert torch.equal(out, o), f"max difference {(out.float() - o.float()).abs().max().item()}"
+
+
+# ---------------------------------------------------------------- serving options: softcap, ALiBi, paged KV
+
+def _slopes(heads, device, batch=None):
+    """Random positive fp32 slopes (never a pattern the kernels could get right by accident)."""
+    shape = (heads,) if batch is None else (batch, heads)
+    return (torch.rand(*shape, device=device) * 0.5 + 0.01).float()
+
+
+def _to_pages(cache, page_size, spare=3):
+    """A cache [batch, capacity, h, d] as FlashAttention's paged cache, its pages shuffled in the
+    pool with spare pages of NaN that no table entry names: (pages [blocks, page_size, h, d],
+    block_table int32 [batch, capacity / page_size])."""
+    batch, capacity = cache.shape[:2]
+    used = batch * capacity // page_size
+    where = torch.randperm(used + spare, device=cache.device)[:used]
+    pages = torch.full((used + spare, page_size) + tuple(cache.shape[2:]), float("nan"), dtype=cache.dtype,
+                       device=cache.device)
+    pages[where] = cache.reshape(used, page_size, *cache.shape[2:])
+    return pages, where.view(batch, -1).int()
+
+
+def _from_pages(pages, table):
+    """The contiguous cache [batch, capacity, h, d] a paged one stands for."""
+    return pages[table.long()].flatten(1, 2)
+
+
+@needs_torch
+def test_torch_serving_options_bad_inputs_raise_naming_the_argument():
+    api = _api()
+    q, k = torch.randn(2, 3, 4, 64), torch.randn(2, 5, 2, 64)
+    cases = [
+        ({"softcap": -1.0}, ValueError, "softcap must be a finite float >= 0"),
+        ({"softcap": True}, ValueError, "softcap must be a finite float"),
+        ({"alibi_slopes": [0.5] * 4}, TypeError, "alibi_slopes must be a torch.Tensor of float32, got list"),
+        ({"alibi_slopes": torch.ones(4, dtype=torch.float16)}, TypeError, "alibi_slopes must be float32, got torch.float16"),
+        ({"alibi_slopes": torch.ones(3)}, ValueError, "alibi_slopes must be [heads] (4,) or [batch, heads] (2, 4), got shape (3,)"),
+        ({"alibi_slopes": torch.ones(4, 2)}, ValueError, "got shape (4, 2)"),
+    ]
+    for options, error, message in cases:
+        with pytest.raises(error) as raised:
+            api.flash_attn_func(q, k, k, **options)
+        assert message in str(raised.value), raised.value
+    cu = torch.tensor([0, 3, 6], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"alibi_slopes must be \[heads\]"):
+        api.flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), k.flatten(0, 1), cu, torch.tensor([0, 5, 10], dtype=torch.int32),
+                                   3, 5, alibi_slopes=torch.ones(3, 4))
+    pages, table = torch.randn(6, 16, 2, 64), torch.zeros(2, 3, dtype=torch.int32)
+    q1 = torch.randn(2, 1, 4, 64)
+    table_cases = [
+        (table.long(), TypeError, "block_table must be int32, got torch.int64"),
+        (table[0], ValueError, "block_table must be 2-D [batch (2), max_blocks_per_seq >= 1], got shape (3,)"),
+        (table[:1], ValueError, "got shape (1, 3)"),
+        ("table", TypeError, "block_table must be a torch.Tensor of int32, got str"),
+    ]
+    for bad, error, message in table_cases:
+        with pytest.raises(error) as raised:
+            api.flash_attn_with_kvcache(q1, pages, pages, block_table=bad)
+        assert message in str(raised.value), raised.value
+    with pytest.raises(ValueError, match="k_cache must be 4-D"):
+        api.flash_attn_with_kvcache(q1, pages[0], pages[0], block_table=table)
+    with pytest.raises(ValueError, match="cache_batch_idx cannot be combined with block_table"):
+        api.flash_attn_with_kvcache(q1, pages, pages, block_table=table, cache_batch_idx=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"max_seqlen_k \(49\) must be at most what block_table reaches: 3 blocks of 16"):
+        api.flash_attn_varlen_func(q1.flatten(0, 1), pages, pages, torch.tensor([0, 1, 2], dtype=torch.int32),
+                                   torch.tensor([0, 1, 2], dtype=torch.int32), 1, 49, block_table=table)
+    with pytest.raises(ValueError, match=r"cache_batch_idx must index k_cache's 2 rows, got values from 0 to 2"):
+        api.flash_attn_with_kvcache(q1, k, k, cache_batch_idx=torch.tensor([0, 2], dtype=torch.int32))
+
+
+@needs_torch
+@pytest.mark.parametrize("paged", [False, True])
+def test_torch_kvcache_overflow_raises_and_writes_nothing(paged):
+    api = _api()
+    torch.manual_seed(7)
+    cache = torch.randn(2, 32, 2, 64)
+    q, new = torch.randn(2, 2, 4, 64), torch.randn(2, 2, 2, 64)
+    table = None
+    if paged:
+        cache, table = _to_pages(cache, 16, spare=0)
+    before = cache.clone()
+    for lengths in (torch.tensor([3, 31], dtype=torch.int32), torch.tensor([-1, 3], dtype=torch.int32)):
+        with pytest.raises(ValueError, match=r"cache_seqlens \+ new tokens \(2\) must be in \[0, capacity 32\]"):
+            api.flash_attn_with_kvcache(q, cache, cache.clone(), new, new, cache_seqlens=lengths, block_table=table)
+        assert torch.equal(cache, before), "an overflowing append wrote into the cache"
+    with pytest.raises(ValueError, match=r"cache_seqlens \(31\) \+ new tokens \(2\) must be in \[1, capacity 32\]"):
+        api.flash_attn_with_kvcache(q, cache, cache.clone(), new, new, cache_seqlens=31, block_table=table)
+
+
+@needs_torch
+def test_torch_kvcache_overflow_where_nothing_can_check_is_reported_next(monkeypatch):
+    """Under CUDA-graph capture no check can raise: an overflowing append sets the device's flag
+    (writing the last slot), and the next append that can check raises, once. Capture is stood
+    in for by turning the host checks off (the flag's ops are the same on the CPU)."""
+    api = _api()
+    from fmha import interface
+    torch.manual_seed(16)
+    cache_k, cache_v = torch.randn(2, 16, 2, 32), torch.randn(2, 16, 2, 32)
+    q, new = torch.randn(2, 1, 4, 32), torch.randn(2, 1, 2, 32)
+    fine, overflowing = torch.tensor([3, 4], dtype=torch.int32), torch.tensor([3, 16], dtype=torch.int32)
+    api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=fine)  # eager: makes the flag
+    monkeypatch.setattr(interface, "_host_checks_allowed", lambda t: False)
+    api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=overflowing)  # "captured"
+    assert torch.equal(cache_k[1, 15], new[1, 0]), "the overflowing token goes to the last slot"
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="an append captured in a CUDA graph went past the cache's capacity"):
+        api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=fine)
+    api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=fine)  # reported once
+
+
+@needs_torch
+def test_torch_serving_options_fall_back_with_flash_attention_semantics():
+    """On the CPU every option runs on the PyTorch fallback: softcap and ALiBi by FlashAttention's
+    rule, pages followed through the table (shuffled), cache_batch_idx, appends into the right pages."""
+    api = _api()
+    torch.manual_seed(8)
+    _backends._warned.clear()
+    q, k, v = torch.randn(2, 5, 4, 32), torch.randn(2, 9, 2, 32), torch.randn(2, 9, 2, 32)
+    for options in ({"softcap": 2.0}, {"alibi_slopes": _slopes(4, "cpu")}, {"alibi_slopes": _slopes(4, "cpu", 2)},
+                    {"softcap": 1.5, "alibi_slopes": _slopes(4, "cpu"), "causal": True}):
+        _backends._warned.clear()
+        with pytest.warns(api.FallbackWarning, match="on cpu"):
+            out, lse = api.flash_attn_func(q, k, v, return_lse=True, **options)
+        alibi = options.get("alibi_slopes")
+        reference, reference_lse = _reference(q, k, v, options.get("causal", False), softcap=options.get("softcap", 0.0),
+                                              alibi=alibi)
+        torch.testing.assert_close(out.double(), reference, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lse.double(), reference_lse, atol=1e-5, rtol=1e-5)
+        # The backward (fmha._math) against autograd through the reference.
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        got = torch.autograd.grad(api.flash_attn_func(*leaves, **options).sum(), leaves)
+        leaves64 = [t.double().requires_grad_() for t in (q, k, v)]
+        expected = torch.autograd.grad(_reference(*leaves64, options.get("causal", False), dtype=torch.float64,
+                                                  softcap=options.get("softcap", 0.0), alibi=alibi)[0].sum(), leaves64)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g.double(), e, atol=1e-4, rtol=1e-4)
+    # A paged cache with appended tokens, against the same cache kept contiguous.
+    cache_k, cache_v = torch.randn(3, 48, 2, 32), torch.randn(3, 48, 2, 32)
+    q, new_k, new_v = torch.randn(3, 2, 4, 32), torch.randn(3, 2, 2, 32), torch.randn(3, 2, 2, 32)
+    lengths = torch.tensor([0, 17, 46], dtype=torch.int32)
+    pages_k, table = _to_pages(cache_k, 16)
+    pages_v = torch.full_like(pages_k, float("nan"))
+    pages_v[table.long().flatten()] = cache_v.reshape(-1, 16, 2, 32)
+    slopes = _slopes(4, "cpu")
+    out = api.flash_attn_with_kvcache(q, pages_k, pages_v, new_k, new_v, cache_seqlens=lengths, block_table=table,
+                                      causal=True, softcap=3.0, alibi_slopes=slopes)
+    for b, start in enumerate(lengths.tolist()):
+        cache_k[b, start:start + 2], cache_v[b, start:start + 2] = new_k[b], new_v[b]
+    assert torch.equal(_from_pages(pages_k, table), cache_k) and torch.equal(_from_pages(pages_v, table), cache_v)
+    reference, _ = _reference(q, cache_k, cache_v, True, seqlens_kv=lengths + 2, softcap=3.0, alibi=slopes)
+    torch.testing.assert_close(out.double(), reference, atol=1e-5, rtol=1e-5)
+    # cache_batch_idx: sequence b reads and appends to row index[b] of a larger cache.
+    big_k, big_v = torch.randn(5, 20, 2, 32), torch.randn(5, 20, 2, 32)
+    index = torch.tensor([4, 0, 2], dtype=torch.int32)
+    expected_k, expected_v = big_k.clone(), big_v.clone()
+    expected_k[index.long(), 7:9], expected_v[index.long(), 7:9] = new_k, new_v
+    out = api.flash_attn_with_kvcache(q, big_k, big_v, new_k, new_v, cache_seqlens=7, cache_batch_idx=index)
+    assert torch.equal(big_k, expected_k) and torch.equal(big_v, expected_v)
+    reference, _ = _reference(q, big_k[index.long(), :9], big_v[index.long(), :9])
+    torch.testing.assert_close(out.double(), reference, atol=1e-5, rtol=1e-5)
+
+
+_OPTION_SHAPES = [  # batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal
+    (3, 1, 333, 8, 2, 128, False),    # decode, GQA
+    (2, 3, 1025, 16, 2, 64, True),    # decode, several rows, causal
+    (2, 77, 200, 8, 2, 64, False),    # prefill, odd lengths, GQA
+    (1, 300, 300, 4, 4, 128, True),   # prefill, causal
+    (2, 130, 517, 4, 1, 256, True),   # prefill, MQA, causal bottom-right
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("options", ["softcap", "alibi", "alibi_per_batch_expanded", "both"])
+@pytest.mark.parametrize("shape", _OPTION_SHAPES, ids=lambda s: "b{}_sq{}_skv{}_h{}_{}_d{}_{}".format(*s[:6], "causal" if s[6] else "nomask"))
+def test_torch_softcap_and_alibi_match_fp64(shape, options):
+    api = _api()
+    batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal = shape
+    torch.manual_seed(9)
+    q = _random(batch, seqlen_q, heads, head_dim)
+    k, v = (_random(batch, seqlen_kv, heads_kv, head_dim) for _ in range(2))
+    softcap = 8.0 if options in ("softcap", "both") else 0.0  # small enough that tanh bends the scores
+    alibi = None
+    if options in ("alibi", "both"):
+        alibi = _slopes(heads, "cuda")
+    elif options == "alibi_per_batch_expanded":
+        alibi = _slopes(heads, "cuda").expand(batch, heads)  # FlashAttention's [batch, heads], one row
+    choice = api.which_backend(q, k, v, causal=causal, softcap=softcap, alibi_slopes=alibi)
+    assert choice.backend == "fmha", choice
+    out, lse = api.flash_attn_func(q, k, v, causal=causal, softcap=softcap, alibi_slopes=alibi, return_lse=True,
+                                   strict=True)
+    reference, reference_lse = _reference(q, k, v, causal, softcap=softcap, alibi=alibi)
+    pytorch, _ = _reference(q, k, v, causal, softcap=softcap, alibi=alibi, dtype=q.dtype)
+    _assert_flash_rule(out, reference, pytorch)
+    torch.testing.assert_close(lse.double(), reference_lse, atol=2e-3, rtol=1e-3)
+    again = api.flash_attn_func(q, k, v, causal=causal, softcap=softcap, alibi_slopes=alibi)  # the kept launch
+    assert torch.equal(again, out)
+
+
+@needs_cuda
+def test_torch_alibi_per_sequence_falls_back_with_a_reason():
+    api = _api()
+    torch.manual_seed(10)
+    q, k, v = _random(2, 1, 8, 64), _random(2, 50, 2, 64), _random(2, 50, 2, 64)
+    alibi = _slopes(8, "cuda", 2)
+    choice = api.which_backend(q, k, v, alibi_slopes=alibi)
+    assert choice.backend == "sdpa" and "may differ per sequence" in choice.reason, choice
+    with pytest.raises(api.UnsupportedError, match="may differ per sequence"):
+        api.flash_attn_func(q, k, v, alibi_slopes=alibi, strict=True)
+    _backends._warned.clear()
+    with pytest.warns(api.FallbackWarning, match="may differ per sequence"):
+        out = api.flash_attn_func(q, k, v, alibi_slopes=alibi)
+    _assert_flash_rule(out, _reference(q, k, v, alibi=alibi)[0], _reference(q, k, v, alibi=alibi, dtype=q.dtype)[0])
+
+
+@needs_cuda
+@pytest.mark.parametrize("paged", [False, True])
+def test_torch_varlen_softcap_alibi_and_pages(paged):
+    api = _api()
+    torch.manual_seed(11)
+    lengths_q, lengths_k = [5, 1, 37, 64, 130], [17, 1, 64, 90, 700]
+    cu_q = torch.tensor([0] + lengths_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + lengths_k, device="cuda").cumsum(0).int()
+    heads, heads_kv, head_dim, page_size = 8, 2, 128, 64
+    q = _random(sum(lengths_q), heads, head_dim)
+    k, v = (_random(sum(lengths_k), heads_kv, head_dim) for _ in range(2))
+    slopes = _slopes(heads, "cuda")
+    options = dict(causal=True, softcap=10.0, alibi_slopes=slopes, return_lse=True, strict=True)
+    if paged:  # each sequence's keys in its own shuffled pages
+        capacity = 768
+        padded = torch.zeros(len(lengths_k), capacity, heads_kv, 2 * head_dim, dtype=q.dtype, device="cuda")
+        for b in range(len(lengths_k)):
+            padded[b, :lengths_k[b], :, :head_dim] = k[cu_k[b]:cu_k[b + 1]]
+            padded[b, :lengths_k[b], :, head_dim:] = v[cu_k[b]:cu_k[b + 1]]
+        pages, table = _to_pages(padded, page_size)
+        k_pages, v_pages = pages[..., :head_dim], pages[..., head_dim:]  # views: rows 2 x head_dim apart
+        out, lse = api.flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, max(lengths_q), max(lengths_k),
+                                              block_table=table, **options)
+    else:
+        out, lse = api.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), **options)
+    for b in range(len(lengths_q)):
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        args = (q[rows].unsqueeze(0), k[keys].unsqueeze(0), v[keys].unsqueeze(0))
+        reference, reference_lse = _reference(*args, causal=True, softcap=10.0, alibi=slopes)
+        pytorch, _ = _reference(*args, causal=True, softcap=10.0, alibi=slopes, dtype=q.dtype)
+        _assert_flash_rule(out[rows].unsqueeze(0), reference, pytorch, f"sequence {b}")
+        torch.testing.assert_close(lse[:, rows].double(), reference_lse[0], atol=2e-3, rtol=1e-3)
+
+
+@needs_cuda
+@pytest.mark.parametrize("page_size, seqlen_q, heads, heads_kv", [(16, 1, 8, 2), (64, 4, 16, 2), (256, 1, 4, 4),
+                                                                  (32, 40, 8, 1)])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_torch_kvcache_pages_and_options_match_fp64(page_size, seqlen_q, heads, heads_kv, dtype):
+    """Shuffled pages, new tokens appended through the table, per-sequence odd lengths, GQA/MQA,
+    softcap and ALiBi: served by the kernels (strict), against the same cache kept contiguous."""
+    api = _api()
+    torch.manual_seed(12)
+    dtype = getattr(torch, dtype)
+    batch, capacity, head_dim = 3, 1024, 128
+    cache_k, cache_v = (_random(batch, capacity, heads_kv, head_dim, dtype=dtype) for _ in range(2))
+    pages_k, table = _to_pages(cache_k, page_size)
+    pages_v = torch.full_like(pages_k, float("nan"))
+    pages_v[table.long().flatten()] = cache_v.reshape(-1, page_size, heads_kv, head_dim)
+    q = _random(batch, seqlen_q, heads, head_dim, dtype=dtype)
+    new_k, new_v = (_random(batch, seqlen_q, heads_kv, head_dim, dtype=dtype) for _ in range(2))
+    filled = torch.tensor([5, 333, capacity - seqlen_q], dtype=torch.int32, device="cuda")
+    slopes = _slopes(heads, "cuda")
+    out, lse = api.flash_attn_with_kvcache(q, pages_k, pages_v, new_k, new_v, cache_seqlens=filled, block_table=table,
+                                           causal=True, softcap=20.0, alibi_slopes=slopes, return_softmax_lse=True,
+                                           strict=True)
+    for b, start in enumerate(filled.tolist()):
+        cache_k[b, start:start + seqlen_q], cache_v[b, start:start + seqlen_q] = new_k[b], new_v[b]
+    assert torch.equal(_from_pages(pages_k, table), cache_k) and torch.equal(_from_pages(pages_v, table), cache_v)
+    lengths = filled + seqlen_q
+    reference, reference_lse = _reference(q, cache_k, cache_v, True, seqlens_kv=lengths, softcap=20.0, alibi=slopes)
+    pytorch, _ = _reference(q, cache_k, cache_v, True, seqlens_kv=lengths, softcap=20.0, alibi=slopes, dtype=dtype)
+    _assert_flash_rule(out, reference, pytorch)
+    torch.testing.assert_close(lse.double(), reference_lse, atol=2e-3, rtol=1e-3)
+    # Without new tokens, lengths as a tensor (the kept launch on the second call) and as an int.
+    for _ in range(2):
+        out = api.flash_attn_with_kvcache(q, pages_k, pages_v, cache_seqlens=lengths, block_table=table, strict=True)
+        _assert_flash_rule(out, _reference(q, cache_k, cache_v, seqlens_kv=lengths)[0],
+                           _reference(q, cache_k, cache_v, seqlens_kv=lengths, dtype=dtype)[0], "no new tokens")
+    out = api.flash_attn_with_kvcache(q, pages_k, pages_v, cache_seqlens=300, block_table=table, strict=True)
+    _assert_flash_rule(out, _reference(q, cache_k[:, :300], cache_v[:, :300])[0],
+                       _reference(q, cache_k[:, :300], cache_v[:, :300], dtype=dtype)[0], "cache_seqlens=300")
+
+
+@needs_cuda
+def test_torch_kvcache_pages_the_kernels_do_not_take_fall_back_with_a_reason():
+    api = _api()
+    torch.manual_seed(13)
+    cache_k, cache_v = _random(2, 1024, 2, 64), _random(2, 1024, 2, 64)
+    pages_k, table = _to_pages(cache_k, 512)  # FlashAttention 2's page size; the kernels take 16 to 256
+    pages_v = torch.full_like(pages_k, float("nan"))
+    pages_v[table.long().flatten()] = cache_v.reshape(-1, 512, 2, 64)
+    q = _random(2, 1, 8, 64)
+    lengths = torch.tensor([700, 3], dtype=torch.int32, device="cuda")
+    with pytest.raises(api.UnsupportedError, match="page_block_size 512"):
+        api.flash_attn_with_kvcache(q, pages_k, pages_v, cache_seqlens=lengths, block_table=table, strict=True)
+    _backends._warned.clear()
+    with pytest.warns(api.FallbackWarning, match="gathering the pages.*page_block_size 512"):
+        out = api.flash_attn_with_kvcache(q, pages_k, pages_v, cache_seqlens=lengths, block_table=table)
+    _assert_flash_rule(out, _reference(q, cache_k, cache_v, seqlens_kv=lengths)[0],
+                       _reference(q, cache_k, cache_v, seqlens_kv=lengths, dtype=q.dtype)[0])
+
+
+@needs_cuda
+def test_torch_kvcache_batch_index_and_overflow_on_the_gpu():
+    api = _api()
+    torch.manual_seed(14)
+    big_k, big_v = _random(6, 256, 2, 128), _random(6, 256, 2, 128)
+    index = torch.tensor([5, 1, 3], dtype=torch.int32, device="cuda")
+    q, new_k, new_v = _random(3, 1, 8, 128), _random(3, 1, 2, 128), _random(3, 1, 2, 128)
+    filled = torch.tensor([9, 200, 100], dtype=torch.int32, device="cuda")
+    expected_k, expected_v = big_k.clone(), big_v.clone()
+    for b, (row, start) in enumerate(zip(index.tolist(), filled.tolist())):
+        expected_k[row, start], expected_v[row, start] = new_k[b, 0], new_v[b, 0]
+    slopes = _slopes(8, "cuda").expand(3, 8)
+    out = api.flash_attn_with_kvcache(q, big_k, big_v, new_k, new_v, cache_seqlens=filled, cache_batch_idx=index,
+                                      alibi_slopes=slopes, strict=True)
+    assert torch.equal(big_k, expected_k) and torch.equal(big_v, expected_v)
+    rows, lengths = index.long(), filled + 1
+    reference, _ = _reference(q, big_k[rows], big_v[rows], seqlens_kv=lengths, alibi=slopes)
+    pytorch, _ = _reference(q, big_k[rows], big_v[rows], seqlens_kv=lengths, alibi=slopes, dtype=q.dtype)
+    _assert_flash_rule(out, reference, pytorch)
+    # An append past the capacity raises before anything is written.
+    before_k, before_v = big_k.clone(), big_v.clone()
+    overflowing = torch.tensor([9, 10, 256], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=r"must be in \[0, capacity 256\]: cache_seqlens range from 9 to 256"):
+        api.flash_attn_with_kvcache(q, big_k, big_v, new_k, new_v, cache_seqlens=overflowing, cache_batch_idx=index)
+    assert torch.equal(big_k, before_k) and torch.equal(big_v, before_v)
+
+
+@needs_cuda
+def test_torch_paged_decode_in_a_cuda_graph():
+    """A paged decode step with ALiBi, captured once and replayed with lengths changed in place."""
+    api = _api()
+    torch.manual_seed(15)
+    cache_k, cache_v = _random(2, 2048, 2, 128), _random(2, 2048, 2, 128)
+    pages_k, table = _to_pages(cache_k, 64)
+    pages_v = torch.full_like(pages_k, float("nan"))
+    pages_v[table.long().flatten()] = cache_v.reshape(-1, 64, 2, 128)
+    q, slopes = _random(2, 1, 16, 128), _slopes(16, "cuda")
+    lengths = torch.tensor([1000, 17], dtype=torch.int32, device="cuda")
+    graph, out = _capture(lambda: api.flash_attn_with_kvcache(q, pages_k, pages_v, cache_seqlens=lengths,
+                                                              block_table=table, alibi_slopes=slopes, strict=True))
+    for new_lengths in ([1000, 17], [2048, 1], [5, 1999]):
+        lengths.copy_(torch.tensor(new_lengths, dtype=torch.int32))
+        q.copy_(torch.randn_like(q))
+        graph.replay()
+        torch.cuda.synchronize()
+        reference, _ = _reference(q, cache_k, cache_v, seqlens_kv=lengths, alibi=slopes)
+        pytorch, _ = _reference(q, cache_k, cache_v, seqlens_kv=lengths, alibi=slopes, dtype=q.dtype)
+        _assert_flash_rule(out, reference, pytorch, f"replay with lengths {new_lengths}")
