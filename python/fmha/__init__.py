@@ -7,8 +7,9 @@ Calls no kernel serves run on PyTorch's scaled_dot_product_attention with a one-
 FallbackWarning (strict=True or FMHA_STRICT=1: UnsupportedError); which_backend() says which
 would serve a call. See docs/python.md.
 """
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "FlashAttention",
-           "which_backend", "FallbackWarning", "UnsupportedError"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_qkvpacked_func",
+           "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func",
+           "FlashAttention", "which_backend", "FallbackWarning", "UnsupportedError"]
 
 try:
     import torch  # noqa: F401
@@ -21,5 +22,6 @@ except ImportError as error:  # fmha._library (ctypes, no PyTorch) stays importa
         raise AttributeError(f"module 'fmha' has no attribute {name!r}")
 else:
     from .backends import FallbackWarning, UnsupportedError, which_backend
-    from .interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+    from .interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_func,
+                            flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache)
     from .module import FlashAttention

@@ -302,3 +302,36 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     out, lse = attention(q, k_cache, v_cache, None, seqlens_kv, scale, left, right, 0.0, return_softmax_lse, strict,
                          softcap, alibi_slopes)
     return (out, lse) if return_softmax_lse else out
+
+
+# FlashAttention's packed entry points: the packed tensor's slices are strided views, which the
+# functions above read in place (no copy).
+def _unpacked(name, packed, parts, layout):
+    if not isinstance(packed, torch.Tensor) or packed.dim() != len(layout) or packed.shape[-3] != parts:
+        shape = tuple(packed.shape) if isinstance(packed, torch.Tensor) else type(packed).__name__
+        raise ValueError(f"{name} must be {len(layout)}-D [{', '.join(layout)}] with {parts} at dim -3, got {shape}")
+    return packed.unbind(-3)
+
+
+def flash_attn_qkvpacked_func(qkv, *args, **options):
+    """flash_attn_func on qkv [batch, seqlen, 3, heads, head_dim]."""
+    q, k, v = _unpacked("qkv", qkv, 3, ("batch", "seqlen", "3", "heads", "head_dim"))
+    return flash_attn_func(q, k, v, *args, **options)
+
+
+def flash_attn_kvpacked_func(q, kv, *args, **options):
+    """flash_attn_func on q [batch, seqlen_q, heads, head_dim], kv [batch, seqlen_kv, 2, heads_kv, head_dim]."""
+    k, v = _unpacked("kv", kv, 2, ("batch", "seqlen_kv", "2", "heads_kv", "head_dim"))
+    return flash_attn_func(q, k, v, *args, **options)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, *args, **options):
+    """flash_attn_varlen_func on packed tokens qkv [total, 3, heads, head_dim]."""
+    q, k, v = _unpacked("qkv", qkv, 3, ("total", "3", "heads", "head_dim"))
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, *args, **options)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *args, **options):
+    """flash_attn_varlen_func on q [total_q, heads, head_dim], kv [total_k, 2, heads_kv, head_dim]."""
+    k, v = _unpacked("kv", kv, 2, ("total_k", "2", "heads_kv", "head_dim"))
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *args, **options)

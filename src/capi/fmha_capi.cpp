@@ -18,7 +18,7 @@
 #include "platform/device.h"
 
 // python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
-static_assert(sizeof(fmha_problem) == 60 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_problem) == 64 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
 static_assert(sizeof(fmha_tensors) == 192 && offsetof(fmha_tensors, seqlens_q) == 128 &&
                   offsetof(fmha_tensors, cu_seqlens_q) == 152 && offsetof(fmha_tensors, alibi_slopes) == 176,
               "C ABI layout changed: bump FMHA_ABI_VERSION");

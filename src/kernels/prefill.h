@@ -213,6 +213,9 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
         // Normalise and store; a row that saw no key at all is written as zeros. (O's place is
         // found here: held through the key loop, it cost a packed batch's sequence offset spills.)
         auto* o = row_start(static_cast<uint16_t*>(p.o), p.o_strides, cu_seqlens_q, batch, head, 0);
+        // This lane's columns inside the problem's head_dim (fewer than the kernel's where it is
+        // smaller), counted once: a compare of each column with p.head_dim spilled the d64 kernel.
+        const int lane_columns = (p.head_dim - lane + T::kGroupWidth - 1) / T::kGroupWidth;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const int row = q0 + group_row0 + r;
@@ -222,7 +225,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
 #pragma unroll
                 for (int c = 0; c < T::kColsPerLane; ++c) {
                     const int col = lane + c * T::kGroupWidth;
-                    if (col < p.head_dim) o[row * p.o_strides.row + col] = Numeric::pack(acc[r][c] * inv);
+                    if (c < lane_columns) o[row * p.o_strides.row + col] = Numeric::pack(acc[r][c] * inv);
                 }
                 if (lane == 0) store_lse<kOptions>(p, batch, head, row, row_max[r], total);
             }

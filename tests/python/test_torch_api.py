@@ -309,6 +309,34 @@ def test_torch_varlen_matches_fp64(causal):
     _check_varlen(out, lse, q, k, v, cu_q, cu_k, causal)
 
 
+@needs_torch
+def test_torch_packed_entry_points_name_a_misshapen_tensor():
+    api = _api()
+    with pytest.raises(ValueError, match=r"qkv must be 5-D \[batch, seqlen, 3, heads, head_dim\] with 3 at dim -3"):
+        api.flash_attn_qkvpacked_func(torch.zeros(1, 4, 2, 2, 64))
+    with pytest.raises(ValueError, match=r"kv must be 4-D \[total_k, 2, heads_kv, head_dim\]"):
+        api.flash_attn_varlen_kvpacked_func(torch.zeros(4, 2, 64), torch.zeros(4, 2, 64), None, None, 4, 4)
+
+
+@needs_cuda
+def test_torch_packed_entry_points_read_their_slices_in_place():
+    """FlashAttention's qkv- and kv-packed functions equal the unpacked ones, on the kernels."""
+    api = _api()
+    torch.manual_seed(9)
+    qkv = _random(2, 77, 3, 4, 64)
+    q, k, v = qkv.unbind(2)
+    expected = api.flash_attn_func(q, k, v, causal=True, strict=True)
+    assert torch.equal(api.flash_attn_qkvpacked_func(qkv, causal=True, strict=True), expected)
+    assert torch.equal(api.flash_attn_kvpacked_func(q, torch.stack([k, v], 2), causal=True, strict=True), expected)
+    lengths = [5, 1, 40]
+    cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).int()
+    tokens = _random(sum(lengths), 3, 8, 128)
+    expected = api.flash_attn_varlen_func(*tokens.unbind(1), cu, cu, 40, 40, window_size=(8, 2), strict=True)
+    assert torch.equal(api.flash_attn_varlen_qkvpacked_func(tokens, cu, 40, window_size=(8, 2), strict=True), expected)
+    assert torch.equal(api.flash_attn_varlen_kvpacked_func(tokens[:, 0], tokens[:, 1:], cu, cu, 40, 40,
+                                                           window_size=(8, 2), strict=True), expected)
+
+
 @needs_cuda
 @pytest.mark.parametrize("causal, head_dim, heads_kv", [(False, 64, 4), (True, 128, 1), (True, 256, 2)])
 def test_torch_varlen_reads_skewed_packed_tokens_in_place(causal, head_dim, heads_kv):
@@ -691,9 +719,10 @@ def test_torch_results_equal_fmha_exe(args, tmp_path):
     meta = json.loads((saved / "meta.json").read_text())
     q, k, v, o = (torch.from_numpy(numpy.load(saved / f"{name}.npy")).cuda().transpose(1, 2)
                   for name in ("q", "k", "v", "o"))  # [b, h, s, d] files, read as [b, s, h, d] views
-    choice = api.which_backend(q, k, v, causal=meta["causal"])
+    window = (meta["window_left"], meta["window_right"])
+    choice = api.which_backend(q, k, v, window_size=window)
     assert choice.kernel == meta["kernel"], choice
-    out = api.flash_attn_func(q, k, v, causal=meta["causal"], strict=True)
+    out = api.flash_attn_func(q, k, v, window_size=window, strict=True)
     assert torch.equal(out, o), f"max difference {(out.float() - o.float()).abs().max().item()}"
 
 

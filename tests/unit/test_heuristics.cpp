@@ -123,8 +123,10 @@ TEST(Heuristics, KernelSupportChecksEveryField) {
     EXPECT_TRUE(kernel_supports(gqa, make(8, 8, 128)));   // GQA covers MHA
     EXPECT_TRUE(kernel_supports(gqa, make(8, 1, 128)));   // and MQA
     std::string why;
-    EXPECT_FALSE(kernel_supports(gqa, make(8, 2, 64), &why));
+    EXPECT_FALSE(kernel_supports(gqa, make(8, 2, 256), &why));
     EXPECT_NE(why.find("head_dim"), std::string::npos);
+    EXPECT_TRUE(kernel_supports(gqa, make(8, 2, 64)));  // a smaller head_dim, zero-filled
+    EXPECT_FALSE(kernel_supports(gqa, make(8, 2, 60)));  // not in 16-byte vectors
     EXPECT_FALSE(kernel_supports(gqa, make(8, 2, 128, DType::bf16), &why));
     EXPECT_FALSE(kernel_supports(gqa, make(8, 2, 128, DType::fp16, true), &why));
     const KernelKey mha{DType::fp16, 128, HeadsKind::mha, Mask::nomask, Family::prefill, some_arch()};
@@ -136,8 +138,8 @@ TEST(Heuristics, KernelSupportChecksEveryField) {
 TEST(Heuristics, AKernelThatDoesNotFitSaysWhichFieldsAndWhichFlags) {
     const KernelKey mqa{DType::bf16, 128, HeadsKind::mqa, Mask::causal, Family::prefill, some_arch()};
     std::string why;
-    EXPECT_FALSE(kernel_supports(mqa, make(8, 2, 64), &why));
-    EXPECT_EQ(why, "its dtype is bf16, the problem's fp16 (-bf16); its head_dim is 128, the problem's 64 (-d 128); "
+    EXPECT_FALSE(kernel_supports(mqa, make(8, 2, 256), &why));
+    EXPECT_EQ(why, "its dtype is bf16, the problem's fp16 (-bf16); its head_dim is 128, the problem's 256 (-d 128); "
                    "its mask is causal, the problem's nomask (-causal-mask or a window); its heads kind is mqa, the problem's gqa "
                    "(h=8, h_kv=2) (-mqa)");
     const KernelKey mha{DType::fp16, 64, HeadsKind::mha, Mask::nomask, Family::prefill, some_arch()};
