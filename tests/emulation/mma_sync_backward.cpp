@@ -25,7 +25,7 @@
 
 namespace fmha {
 namespace mmabwd {
-alignas(16) uint8_t shared[64 * 1024];
+alignas(16) uint8_t shared[96 * 1024];
 }  // namespace mmabwd
 
 // A warp's exchange slots: each lane publishes, the warp meets, each reads what it needs, the warp meets.

@@ -25,14 +25,16 @@ struct Tiles {
     // 16-bit rows padded by 16 bytes: the 8 rows one ldmatrix reads fall in distinct banks.
     static constexpr int kRow = kHeadDim + 8;    // K, V, Q, dO rows
     static constexpr int kDsRow = kQueries + 8;  // dS^T rows (one per key)
+    // Two stages of a step's Q, dO, LSE and D: the next step's copies fly during this one.
+    static constexpr int kStages = 2;
     static constexpr int kKOffset = 0;
     static constexpr int kVOffset = kKOffset + kKeys * kRow * 2;
-    static constexpr int kQOffset = kVOffset + kKeys * kRow * 2;
-    static constexpr int kDoOffset = kQOffset + kQueries * kRow * 2;
-    static constexpr int kDsOffset = kDoOffset + kQueries * kRow * 2;
-    static constexpr int kLseOffset = kDsOffset + kKeys * kDsRow * 2;
-    static constexpr int kDOffset = kLseOffset + kQueries * 4;
-    static constexpr int kSharedBytes = kDOffset + kQueries * 4;
+    static constexpr int kQOffset = kVOffset + kKeys * kRow * 2;            // [kStages][kQueries][kRow]
+    static constexpr int kDoOffset = kQOffset + kStages * kQueries * kRow * 2;  // likewise
+    static constexpr int kDsOffset = kDoOffset + kStages * kQueries * kRow * 2;
+    static constexpr int kLseOffset = kDsOffset + kKeys * kDsRow * 2;      // [kStages][kQueries] fp32
+    static constexpr int kDOffset = kLseOffset + kStages * kQueries * 4;
+    static constexpr int kSharedBytes = kDOffset + kStages * kQueries * 4;
 };
 
 }  // namespace mmabwd
