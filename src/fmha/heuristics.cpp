@@ -90,6 +90,8 @@ Selection select_kernel(const Problem& p, Arch arch) {
 BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
     if (p.layout == Layout::packed) return {nullptr, "packed batches have no backward kernel yet"};
     if (p.softcap != 0.f || p.alibi || p.paged()) return {nullptr, "the serving options have no backward kernel"};
+    if (p.batch > 65535 || p.heads_kv > 65535)  // mmabwd's grid: key blocks x KV heads x batch
+        return {nullptr, "the backward kernels take at most 65535 sequences and 65535 KV heads"};
     const KernelKey key{p.dtype, p.head_dim, HeadsKind::gqa, p.mask(), Family::mmabwd, arch};
     if (const BwdKernelEntry* entry = find_bwd_kernel(key))
         return {entry, std::string(entry->name) + ": " + kFamilyDescriptions[static_cast<int>(Family::mmabwd)]};

@@ -82,11 +82,6 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
         q_hi = min(q_hi, key0 + T::kKeys - 1 - mask.offset + min(p.window, len_kv));
     }
 
-    const uint16_t* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
-    const uint16_t* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
-    load_rows<T, T::kKeys>(s_k, k, p.k_strides.row, key0, len_kv);
-    load_rows<T, T::kKeys>(s_v, v, p.v_strides.row, key0, len_kv);
-
     float dk[kDimTiles][4] = {}, dv[kDimTiles][4] = {};
     const int group = p.heads_q / p.heads_kv;
     const Workspace ws = Workspace::of(p);
@@ -121,7 +116,13 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
             d[i] = valid ? ws.d[st.rows + st.q0 + i] : 0.f;
         }
     };
-    if (steps > 0) load_step(0, 0);
+    if (steps > 0) {  // (no copies left in flight by a block without steps)
+        const uint16_t* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
+        const uint16_t* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
+        load_rows<T, T::kKeys>(s_k, k, p.k_strides.row, key0, len_kv);
+        load_rows<T, T::kKeys>(s_v, v, p.v_strides.row, key0, len_kv);
+        load_step(0, 0);
+    }
     for (int step = 0; step < steps; ++step) {
         const int stage = step % T::kStages;
         const Step st = step_of(step);
