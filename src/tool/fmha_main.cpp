@@ -67,7 +67,10 @@ const KernelEntry* forced_kernel(const Options& o, std::string* reason) {
     const KernelEntry* entry = find_kernel_named(o.kernel);
     std::string why_not;
     if (!entry) {
-        *reason = "-kernel " + o.kernel + " is not in this build's catalogue (see -list)";
+        const bool backward = std::any_of(bwd_kernel_table().begin(), bwd_kernel_table().end(),
+                                          [&](const BwdKernelEntry& e) { return o.kernel == e.name; });
+        *reason = "-kernel " + o.kernel + (backward ? " is a backward kernel: fmha.exe runs forward kernels (no -bwd mode yet)"
+                                                    : " is not in this build's catalogue (see -list)");
         return nullptr;
     }
     if (!kernel_supports(entry->key, o.problem, &why_not)) {

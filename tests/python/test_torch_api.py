@@ -727,3 +727,16 @@ def test_torch_backward_kernel_sliding_window_and_lse_gradient():
     k, v = (_random(2, 150, 2, 64) for _ in range(2))
     _check_gradients(q, k, v, causal=True, window=(40, 0))
     _check_gradients(q, k, v, causal=True, with_lse=True, seed=1)
+
+
+@needs_cuda
+def test_torch_backward_operator_passes_opcheck():
+    """fmha::attention_backward's schema and fake implementation agree with what it returns."""
+    api = _api()
+    from fmha import _ops
+    torch.manual_seed(33)
+    q = _random(1, 40, 4, 64)
+    k, v = (_random(1, 50, 2, 64) for _ in range(2))
+    out, lse = api.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    args = (torch.randn_like(out), None, q, k, v, out, lse, None, None, 0.125, -1, 0)
+    torch.library.opcheck(_ops.attention_backward_op, args, test_utils=("test_schema", "test_faketensor"))
