@@ -3,7 +3,8 @@
 - the generator's tests (generator/tests);
 - every GoogleTest case of the unit, GPU and C ABI binaries, one pytest item each;
 - fmha.exe: bad input (no GPU needed) and a matrix of shapes checked against the reference (GPU);
-- the MFMA prefill loop emulated on the host (tests/emulation; Clang 15 or later);
+- the MFMA prefill loop and the mma.sync backward emulated on the host (tests/emulation; Clang 15
+  or later);
 - the Python package (tests/python): its binding of libfmha.so, and its API with PyTorch.
 
 The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
@@ -152,9 +153,8 @@ def _clang_for_emulation():
     return None
 
 
-def test_the_mfma_prefill_loop_matches_the_reference_in_host_emulation(tmp_path):
-    """The CDNA main loop of mmaprefill, as the AMD build compiles it, run on the host
-    (tests/emulation): each lane a thread, MFMA from the documented layouts."""
+def _run_emulation(tmp_path, source):
+    """Builds tests/emulation/<source>.cpp with a Clang that can and runs it: its cases must all match."""
     clang = _clang_for_emulation()
     if not clang:
         pytest.skip("no Clang 15 or later on PATH, nor the Debian 13 root's: the emulation needs its vector types "
@@ -162,13 +162,25 @@ def test_the_mfma_prefill_loop_matches_the_reference_in_host_emulation(tmp_path)
     if not (REPO / "generated" / "fmha_catalogue.h").exists():
         pytest.skip("generated/ is missing: run `make` first")
     (compiler, command), emulation = clang, REPO / "tests" / "emulation"
-    binary = tmp_path / "mfma_prefill"
+    binary = tmp_path / source
     build = subprocess.run(command(compiler) + ["-std=c++20", "-O1", "-Wno-psabi", "-pthread", "-I", emulation, "-I",
-                                                REPO / "src", "-I", REPO / "generated", emulation / "mfma_prefill.cpp",
+                                                REPO / "src", "-I", REPO / "generated", emulation / f"{source}.cpp",
                                                 "-o", binary], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr
     run = subprocess.run(command(str(binary)), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and "all cases match the reference" in run.stdout, run.stdout + run.stderr
+
+
+def test_the_mfma_prefill_loop_matches_the_reference_in_host_emulation(tmp_path):
+    """The CDNA main loop of mmaprefill, as the AMD build compiles it, run on the host
+    (tests/emulation): each lane a thread, MFMA from the documented layouts."""
+    _run_emulation(tmp_path, "mfma_prefill")
+
+
+def test_the_mma_sync_backward_matches_the_reference_in_host_emulation(tmp_path):
+    """The backward family's kernels (preprocess, the mma.sync main loop, convert) run on the host:
+    each lane a thread, mma.sync and ldmatrix from the documented layouts; dq, dk, dv against fp64."""
+    _run_emulation(tmp_path, "mma_sync_backward")
 
 
 # ---------------------------------------------------------------- fmha.exe without a GPU
@@ -278,7 +290,7 @@ def test_list_matches_the_generator():
     """The C++ table and the Python catalogue agree on every name (one naming rule)."""
     result = fmha("-list")
     assert result.returncode == 0
-    listed = {line.split()[0] for line in result.stdout.splitlines() if line.startswith("fmha_fwd_")}
+    listed = {line.split()[0] for line in result.stdout.splitlines() if line.startswith(("fmha_fwd_", "fmha_bwd_"))}
     generated = subprocess.run([sys.executable, "setup.py", "--refresh", "--list"], cwd=REPO, capture_output=True,
                                text=True, check=True).stdout.split()
     platform = KernelConfig.from_name(min(listed)).platform

@@ -1,7 +1,8 @@
 """The catalogue: which kernel config tuples exist, their names, and their validity.
 
 A kernel's name lists every field of its tuple in a fixed order, with tokens unique across
-fields, e.g. fmha_fwd_fp16_d256_mha_nomask_prefill_gfx942. That name is the file name, the
+fields, e.g. fmha_fwd_fp16_d256_mha_nomask_prefill_gfx942, after its direction (fwd or bwd: a
+fact of its family, so a family is either forward or backward). That name is the file name, the
 launcher symbol, the kernel-table key, fmha.exe's -kernel value and the test id. Its grammar
 lives here only: the C++ side takes each kernel's name from its generated table row.
 """
@@ -13,7 +14,8 @@ from dataclasses import dataclass, fields
 
 from .archs import ARCHS
 
-NAME_PREFIX = "fmha_fwd"
+NAME_PREFIX = "fmha"
+DIRECTIONS = ("fwd", "bwd")  # forward kernels (FwdParams, kernel_table) and backward ones (BwdParams, bwd_kernel_table)
 TOKEN_PREFIXES = {"head_dim": "d"}  # a field's token is its value after this prefix (e.g. d256)
 
 DTYPES = ("fp16", "bf16")
@@ -32,6 +34,8 @@ class Family:
     # Its kernels also serve smaller head_dims (multiples of 8): columns past the problem's are
     # zeros in the loads and left out of the stores, so a d128 kernel runs d80.
     serves_smaller_head_dims: bool = False
+    direction: str = "fwd"    # DIRECTIONS: the name's prefix, the params struct and the table it goes in
+    heads_kinds: tuple = HEADS_KINDS  # a gqa kernel runs every group size: a family may build only it
 
     def takes_head_dim(self, head_dim):
         return 0 < head_dim <= self.max_head_dim and head_dim % self.head_dim_multiple == 0
@@ -49,6 +53,9 @@ class Family:
         reasons = []
         if not self.takes_head_dim(config.head_dim):
             reasons.append(("head_dim", config.head_dim, f"needs {self.head_dim_rule}"))
+        if config.heads not in self.heads_kinds:
+            reasons.append(("heads", config.heads, f"builds {', '.join(self.heads_kinds)} only, "
+                                                   "which runs every group size"))
         if config.arch in ARCHS and not self.runs_on(config.arch):
             reasons.append(("arch", config.arch, f"needs matrix core {' or '.join(self.matrix_cores)}; "
                                                  f"no main loop for {ARCHS[config.arch].matrix_core} yet"))
@@ -67,6 +74,12 @@ FAMILIES = {
                "tiled on the matrix cores (Hopper: wgmma fed by TMA, warp-specialised; CDNA: MFMA, "
                "K/V through LDS), for many query rows per KV head", matrix_cores=("wgmma", "mfma"),
                serves_smaller_head_dims=True),
+        # The backward's first family: FlashAttention-2's loop on mma.sync (NVIDIA). Its place for
+        # CDNA is the same loop on MFMA (src/kernels/mmabwd/README.md); until then AMD has none.
+        Family("mmabwd", 64, 128,
+               "backward on the matrix cores (mma.sync): a block owns a key tile, walks the query "
+               "tiles that see it, keeps dK and dV in registers and adds dQ into an fp32 workspace",
+               matrix_cores=("wgmma", "mma_sync"), direction="bwd", heads_kinds=("gqa",)),
     )
 }
 
@@ -91,9 +104,13 @@ class KernelConfig:
     arch: str
 
     @property
+    def direction(self):
+        return FAMILIES[self.family].direction
+
+    @property
     def name(self):
-        return "_".join([NAME_PREFIX] + [TOKEN_PREFIXES.get(f.name, "") + str(getattr(self, f.name))
-                                         for f in fields(self)])
+        return "_".join([NAME_PREFIX, self.direction] + [TOKEN_PREFIXES.get(f.name, "") + str(getattr(self, f.name))
+                                                        for f in fields(self)])
 
     @property
     def platform(self):
@@ -105,9 +122,14 @@ class KernelConfig:
         split at underscores, so a token may hold one (e.g. a family "split_kv")."""
         found = name_pattern().fullmatch(name)
         if not found:
-            expected = "_".join([NAME_PREFIX] + [f"{TOKEN_PREFIXES.get(f.name, '')}<{f.name}>" for f in fields(cls)])
+            expected = "_".join([NAME_PREFIX, "<direction>"] + [f"{TOKEN_PREFIXES.get(f.name, '')}<{f.name}>"
+                                                                 for f in fields(cls)])
             raise ValueError(f"not a kernel name: {name!r} (expected {expected}, each a known token)")
-        config = cls(**dict(found.groupdict(), head_dim=int(found["head_dim"])))
+        fields_found = found.groupdict()
+        direction = fields_found.pop("direction")
+        config = cls(**dict(fields_found, head_dim=int(found["head_dim"])))
+        if config.direction != direction:
+            raise ValueError(f"invalid kernel name {name!r}: family {config.family} is a {config.direction} family")
         problems = validate(config)
         if problems:
             raise ValueError(f"invalid kernel name {name!r}: " + "; ".join(problems))
@@ -123,7 +145,7 @@ def name_pattern():
     """The name grammar as a regular expression, one named group per field, in field order."""
     patterns = {field: "|".join(map(re.escape, values)) for field, values in known_values().items()}
     patterns["head_dim"] = "[1-9][0-9]*"
-    return re.compile("_".join([re.escape(NAME_PREFIX)] + [
+    return re.compile("_".join([re.escape(NAME_PREFIX), f"(?P<direction>{'|'.join(DIRECTIONS)})"] + [
         f"{re.escape(TOKEN_PREFIXES.get(f.name, ''))}(?P<{f.name}>{patterns[f.name]})" for f in fields(KernelConfig)]))
 
 

@@ -12,7 +12,7 @@ from .catalogue import DTYPES, FAMILIES, HEADS_KINDS, MASKS
 from .wgmma import statements as wgmma_statements
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
-KERNEL_GLOB = "fmha_fwd_*.hip"
+KERNEL_GLOB = "fmha_*.hip"
 
 
 def environment():
@@ -44,13 +44,15 @@ def render_all(configs, selection):
     """Returns {relative path: text} for the whole generated/ tree."""
     env = environment()
     files = {}
+    kernel_template = {"fwd": "kernel.hip.j2", "bwd": "kernel_bwd.hip.j2"}
     for config in configs:
-        files[f"kernels/{config.name}.hip"] = env.get_template("kernel.hip.j2").render(
+        files[f"kernels/{config.name}.hip"] = env.get_template(kernel_template[config.direction]).render(
             config=config, arch=ARCHS[config.arch], family=FAMILIES[config.family])
     for platform in PLATFORMS:
         files[f"kernel_table_{platform}.cpp"] = env.get_template("kernel_table.cpp.j2").render(
-            platform=platform, configs=[c for c in configs if c.platform == platform],
-            selection=selection_json(selection))
+            platform=platform, selection=selection_json(selection),
+            configs=[c for c in configs if c.platform == platform and c.direction == "fwd"],
+            bwd_configs=[c for c in configs if c.platform == platform and c.direction == "bwd"])
     files["fmha_catalogue.h"] = env.get_template("fmha_catalogue.h.j2").render(
         dtypes=DTYPES, heads_kinds=HEADS_KINDS, masks=MASKS, families=list(FAMILIES.values()),
         archs=list(ARCHS.values()), platforms=PLATFORMS, matrix_cores=MATRIX_CORES)

@@ -22,14 +22,23 @@ def default_configs():
     return enumerate_configs(DEFAULT_AXES)
 
 
+FORWARD_FAMILIES = [name for name, family in FAMILIES.items() if family.direction == "fwd"]
+
+
 def offered_pairs():
-    """How many (family, arch) pairs have kernels: each family on the archs it has a main loop for."""
-    return sum(offered(family, arch) for family in FAMILIES for arch in ARCHS)
+    """How many (forward family, arch) pairs have kernels: each on the archs it has a main loop for."""
+    return sum(offered(family, arch) for family in FORWARD_FAMILIES for arch in ARCHS)
+
+
+def default_backward_kernels():
+    """mmabwd: fp16/bf16 x d64/d128 x gqa (every group size) x both masks, on archs with mma.sync."""
+    return 2 * 2 * 1 * 2 * sum(offered("mmabwd", arch) for arch in ARCHS)
 
 
 def test_default_catalogue_is_the_product_of_what_each_family_runs_on():
     configs = default_configs()
-    assert len(configs) == 2 * 3 * 3 * 2 * offered_pairs()
+    assert len(configs) == 2 * 3 * 3 * 2 * offered_pairs() + default_backward_kernels()
+    assert default_backward_kernels() == 8  # sm90 only: no MFMA backward yet
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "gfx1100", "sm90"}
 
@@ -53,6 +62,23 @@ def test_a_token_may_hold_an_underscore(monkeypatch):
     assert ("{DType::fp16, 128, HeadsKind::gqa, Mask::causal, Family::split_kv, Arch::sm90}, "
             "&fmha_fwd_fp16_d128_gqa_causal_split_kv_sm90, ") in table
     assert '_describe, "fmha_fwd_fp16_d128_gqa_causal_split_kv_sm90"},' in table
+
+
+def test_backward_kernels_are_named_by_their_direction_and_go_in_their_own_table():
+    config = KernelConfig("bf16", 128, "gqa", "causal", "mmabwd", "sm90")
+    assert config.direction == "bwd" and config.name == "fmha_bwd_bf16_d128_gqa_causal_mmabwd_sm90"
+    assert KernelConfig.from_name(config.name) == config
+    with pytest.raises(ValueError, match="mmabwd is a bwd family"):
+        KernelConfig.from_name("fmha_fwd_bf16_d128_gqa_causal_mmabwd_sm90")
+    with pytest.raises(ValueError, match="prefill is a fwd family"):
+        KernelConfig.from_name("fmha_bwd_bf16_d128_gqa_causal_prefill_sm90")
+    forward = KernelConfig("bf16", 128, "gqa", "causal", "prefill", "sm90")
+    files = render_all([config, forward], {})
+    table = files["kernel_table_nvidia.cpp"]
+    backward_table = table.split("bwd_kernel_table()")[1]
+    assert "&fmha_bwd_bf16_d128_gqa_causal_mmabwd_sm90, " in backward_table
+    assert "fmha_fwd_" not in backward_table and "mmabwd" not in table.split("bwd_kernel_table()")[0].split("kernel_table()")[1]
+    assert "const BwdParams& params" in files[f"kernels/{config.name}.hip"]
 
 
 def test_tokens_are_unique_across_fields():
@@ -98,8 +124,8 @@ def test_a_family_skips_archs_without_its_matrix_core():
     assert archs == {a.name for a in ARCHS.values() if a.matrix_core in ("wgmma", "mfma")}
     assert archs == {"gfx908", "gfx90a", "gfx942", "sm90"}
     assert len([c for c in selection.configs if c.family == TENSOR_FAMILY]) == 4 * 2 * 3 * 3 * 2
-    assert selection.skip_notes() == ["mmaprefill skips arch gfx1100 (needs matrix core wgmma or mfma; "
-                                      "no main loop for wmma yet)"]
+    assert [n for n in selection.skip_notes() if n.startswith(TENSOR_FAMILY)] == [
+        "mmaprefill skips arch gfx1100 (needs matrix core wgmma or mfma; no main loop for wmma yet)"]
     with pytest.raises(ValueError, match="needs matrix core wgmma or mfma"):
         KernelConfig.from_name("fmha_fwd_fp16_d64_gqa_nomask_mmaprefill_gfx1100")
     for arch in ("gfx90a", "sm90"):
@@ -141,13 +167,15 @@ def test_a_family_may_name_several_matrix_cores(monkeypatch):
 def test_a_head_dim_some_family_builds_is_skipped_by_the_others():
     selection = select(dict(DEFAULT_AXES, head_dim=(64, 72), arch=("sm90",)))
     assert {c.family for c in selection.configs if c.head_dim == 72} == {"prefill", "decode"}
-    assert {c.family for c in selection.configs if c.head_dim == 64} == {"prefill", "decode", "mmaprefill"}
-    assert selection.skip_notes() == ["mmaprefill skips head_dim 72 (needs a multiple of 16 up to 256)"]
+    assert {c.family for c in selection.configs if c.head_dim == 64} == {"prefill", "decode", "mmaprefill", "mmabwd"}
+    assert selection.skip_notes() == ["mmabwd skips head_dim 72 (needs a multiple of 64 up to 128)",
+                                      "mmabwd skips heads mha, mqa (builds gqa only, which runs every group size)",
+                                      "mmaprefill skips head_dim 72 (needs a multiple of 16 up to 256)"]
 
 
 @pytest.mark.parametrize("axes, message", [
     (dict(head_dim=(64, 100)), "head_dim 100: no family offers it (decode: needs a multiple of 8 up to 256; "
-                               "mmaprefill: needs a multiple of 16 up to 256; prefill: needs a multiple of 8"),
+                               "mmabwd: needs a multiple of 64 up to 128; mmaprefill: needs a multiple of 16 up to 256; prefill: needs a multiple of 8"),
     (dict(family=("mmaprefill",), head_dim=(64, 72)), "head_dim 72: no family offers it (mmaprefill: "),
     (dict(family=("mmaprefill",), arch=("gfx1100", "sm90")),
      "arch gfx1100: no family offers it (mmaprefill: needs matrix core wgmma or mfma; no main loop for wmma yet)"),
@@ -166,7 +194,7 @@ def test_cli_says_which_families_skip_what(tmp_path, capsys):
 
 def test_filter_glob():
     configs = enumerate_configs(DEFAULT_AXES, "*_fp16_d128_*_sm90")
-    assert len(configs) == 3 * 2 * len(FAMILIES)
+    assert len(configs) == 3 * 2 * len(FORWARD_FAMILIES) + 2
     assert all(c.dtype == "fp16" and c.head_dim == 128 and c.arch == "sm90" for c in configs)
 
 
@@ -269,7 +297,7 @@ def test_refresh_keeps_the_recorded_only_and_filter(tmp_path, capsys):
 def test_cli_only_replaces_the_defaults(tmp_path, capsys):
     assert cli.main(["--only", "--head-dims", "96", "--archs", "sm90", "--list", "--out", str(tmp_path)]) == 0
     names = capsys.readouterr().out.split()
-    assert len(names) == 2 * 3 * 2 * len(FAMILIES) and all("_d96_" in n and n.endswith("_sm90") for n in names)
+    assert len(names) == 2 * 3 * 2 * len(FORWARD_FAMILIES) and all("_d96_" in n and n.endswith("_sm90") for n in names)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -309,7 +337,8 @@ def test_a_head_dim_some_family_does_not_take_is_skipped_there_and_said(tmp_path
     assert names and not any(KernelConfig.from_name(name).family in {f.name for f in strict} for name in names)
     out = capsys.readouterr().out
     for family in strict:
-        assert f"{family.name} skips head_dim 72 (needs {family.head_dim_rule})" in out
+        # (mmabwd skips the default 256 as well: "head_dim 72, 256")
+        assert re.search(rf"{family.name} skips head_dim 72(, \d+)* \(needs {family.head_dim_rule}\)", out), out
     for family in strict:  # taken by no family of the selection: an error
         assert cli.main(["--only", "--families", family.name, "--head-dims", "72", "--list", "--out", str(tmp_path)]) == 2
         assert f"head_dim 72: no family offers it ({family.name}: needs {family.head_dim_rule})" in capsys.readouterr().err

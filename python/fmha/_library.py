@@ -42,6 +42,11 @@ class Tensors(ctypes.Structure):
 TENSORS = struct.Struct("@4P12q5P2i2P")
 
 
+# fmha_bwd_tensors as bytes: q, k, v, o, d_o, dq, dk, dv; their 24 strides; seqlens_q, seqlens_kv,
+# lse, d_lse (0 for NULL). 36 fields of 8 bytes, no padding.
+BWD_TENSORS = struct.Struct("@8P24q4P")
+
+
 class Plan(ctypes.Structure):
     """fmha_plan: the chosen kernel, its device and the workspace bytes its launch needs."""
     _fields_ = [("kernel", _c_int32), ("device", _c_int32), ("workspace_bytes", ctypes.c_uint64)]
@@ -100,6 +105,17 @@ class Library:
             raise OSError(f"{path} has C ABI version {version}, this package needs {ABI_VERSION}: rebuild with make "
                           "and reinstall the package")
         self.platform = lib.fmha_build_platform().decode()
+        # The backward entry points (added beside the forward's, so the ABI version stayed): a
+        # library without them serves no backward, and fmha's backward recomputes in PyTorch.
+        self.has_backward = hasattr(lib, "fmha_plan_backward")
+        if self.has_backward:
+            lib.fmha_plan_backward.restype = ctypes.c_int
+            lib.fmha_plan_backward.argtypes = [ctypes.POINTER(Problem), _c_int32, ctypes.POINTER(Plan), ctypes.c_char_p,
+                                               ctypes.c_size_t]
+            lib.fmha_bwd_kernel_name.restype, lib.fmha_bwd_kernel_name.argtypes = ctypes.c_char_p, [_c_int32]
+            self.launch_backward = lib["fmha_backward"]
+            self.launch_backward.restype = ctypes.c_int
+            self.launch_backward.argtypes = [_ptr, _ptr, ctypes.c_char_p, _ptr, ctypes.c_uint64, _ptr]
         # The launch itself, called directly on the hot path, typed for the cheapest conversions:
         # launch(address of a Plan, address of a Problem, TENSORS bytes, workspace, workspace_bytes,
         # stream) -> status. (lib["..."] is a second function object: lib.fmha_forward keeps its types.)
@@ -128,6 +144,15 @@ class Library:
         reason = ctypes.create_string_buffer(1024)
         self.check(self._lib.fmha_plan_forward(problem, device, plan, reason, len(reason)))
         return plan, reason.value.decode()
+
+    def plan_backward(self, problem, device):
+        """(Plan, kernel name, reason) of the backward kernel for the problem; LibraryError if none."""
+        if not self.has_backward:
+            raise LibraryError(NO_KERNEL, f"{self.path} has no backward entry points: rebuild it")
+        plan = Plan()
+        reason = ctypes.create_string_buffer(1024)
+        self.check(self._lib.fmha_plan_backward(problem, device, plan, reason, len(reason)))
+        return plan, self._lib.fmha_bwd_kernel_name(plan.kernel).decode(), reason.value.decode()
 
     def kernel_name(self, kernel):
         name = self._lib.fmha_kernel_name(kernel)

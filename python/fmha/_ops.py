@@ -1,6 +1,8 @@
 """fmha::attention, the PyTorch custom operator every public function goes through when
 autograd or torch.compile is involved: its fake implementation gives torch.compile the output
-shapes, and its backward recomputes attention in PyTorch (fmha._math.attention_backward).
+shapes, and its backward is the operator fmha::attention_backward: a backward kernel from the
+saved output and LSE where one serves the call (fmha._backward), else attention recomputed in
+PyTorch (fmha._math.attention_backward).
 
 Forward-only eager calls skip the dispatcher and call the backends directly: the same work,
 without the operator's per-call cost (a decode step is a few microseconds of kernel).
@@ -9,7 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _math, backends
+from . import _backward as _backward_kernels, _math, backends
 
 
 @torch.library.custom_op("fmha::attention", mutates_args=())
@@ -30,20 +32,45 @@ def _attention_fake(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, 
     return q.new_empty((batch, seqlen_q, heads, head_dim)), q.new_empty(lse_shape, dtype=torch.float32)
 
 
+@torch.library.custom_op("fmha::attention_backward", mutates_args=())
+def attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+                          v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, seqlens_q: Optional[torch.Tensor],
+                          seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int,
+                          window_right: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grads = _backward_kernels.run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, softmax_scale, window_left,
+                          window_right)
+    if grads is None:
+        grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, softmax_scale,
+                                         window_left, window_right)
+    return tuple(g.contiguous() for g in grads)  # the layout the fake implementation states
+
+
+@attention_backward_op.register_fake
+def _attention_backward_fake(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, softmax_scale, window_left,
+                             window_right):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
 def _setup_context(ctx, inputs, output):
     q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, _, _, softcap, alibi = inputs
-    ctx.save_for_backward(q, k, v, seqlens_q, seqlens_kv, alibi)
+    out, lse = output
+    ctx.save_for_backward(q, k, v, seqlens_q, seqlens_kv, out, lse, alibi)
     ctx.options = (softmax_scale, window_left, window_right, dropout_p, softcap)
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, seqlens_q, seqlens_kv, alibi_slopes = ctx.saved_tensors
+    q, k, v, seqlens_q, seqlens_kv, out, lse, alibi_slopes = ctx.saved_tensors
     scale, left, right, dropout_p, softcap = ctx.options
     if dropout_p > 0:  # fmha.attention routes such calls to PyTorch's own autograd instead
         raise RuntimeError("fmha::attention has no backward for dropout_p > 0")
-    grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right, softcap,
-                                     alibi_slopes)
-    return grads + (None,) * 10
+    if grad_lse is not None and grad_lse.numel() == 0:
+        grad_lse = None
+    if softcap or alibi_slopes is not None:  # no backward kernel takes the scoring options yet
+        grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right,
+                                         softcap, alibi_slopes)
+    else:
+        grads = attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right)
+    return tuple(grads) + (None,) * 10
 
 
 attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -63,7 +90,8 @@ def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, ret
                                 *options)
         return _math.attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, *options)
     if needs_grad or torch.compiler.is_compiling():
-        out, lse = attention_op(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict,
-                                *options)
+        # A call that may be differentiated saves its LSE: the backward kernels start from it.
+        out, lse = attention_op(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p,
+                                return_lse or needs_grad, strict, *options)
         return out, lse if return_lse else None
     return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, *options)

@@ -22,6 +22,8 @@ static_assert(sizeof(fmha_problem) == 64 && sizeof(fmha_plan) == 16, "C ABI layo
 static_assert(sizeof(fmha_tensors) == 192 && offsetof(fmha_tensors, seqlens_q) == 128 &&
                   offsetof(fmha_tensors, cu_seqlens_q) == 152 && offsetof(fmha_tensors, alibi_slopes) == 176,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_bwd_tensors) == 288 && offsetof(fmha_bwd_tensors, seqlens_q) == 256,
+              "C ABI layout changed: bump FMHA_ABI_VERSION");
 
 namespace fmha {
 namespace {
@@ -148,6 +150,65 @@ fmha_status check_tensor(const char* name, const void* data, const fmha_strides&
 
 TensorStrides to_strides(const fmha_strides& s) { return {s.batch, s.head, s.row}; }
 
+// What planning starts from: the problem, and the catalogue arch of the device.
+fmha_status plan_inputs(const fmha_problem* problem, int device, const fmha_plan* plan, Problem* p, Arch* arch) {
+    if (!plan) return fail(FMHA_INVALID_ARGUMENT, "plan is NULL");
+    if (const fmha_status status = to_problem(problem, p); status != FMHA_OK) return status;
+    return catalogue_arch(device, arch);
+}
+
+// What a launch starts from: the plan's entry of the table and the problem.
+template <class Entry>
+fmha_status launch_inputs(const fmha_plan* plan, const void* tensors, const std::vector<Entry>& table, const char* planner,
+                          const fmha_problem* problem, const Entry** entry, Problem* p) {
+    if (!plan) return fail(FMHA_INVALID_ARGUMENT, "plan is NULL");
+    if (!tensors) return fail(FMHA_INVALID_ARGUMENT, "tensors is NULL");
+    if (plan->kernel < 0 || size_t(plan->kernel) >= table.size())
+        return fail(FMHA_INVALID_ARGUMENT, "plan.kernel " + std::to_string(plan->kernel) + " is not in [0, " +
+                                               std::to_string(table.size()) + "): use " + planner);
+    *entry = &table[plan->kernel];
+    return to_problem(problem, p);
+}
+
+// Fills a plan with the chosen kernel (the workspace asked on `device`) and copies the reason.
+template <class Entry, class Params>
+fmha_status write_plan(const Entry* entry, const Entry* table, const Params& params, int device, const std::string& why,
+                       fmha_plan* plan, char* reason, size_t reason_size) {
+    const DeviceScope scope(device);
+    plan->kernel = static_cast<int32_t>(entry - table);
+    plan->device = device;
+    plan->workspace_bytes = entry->workspace(params);
+    if (reason && reason_size > 0) {
+        std::strncpy(reason, why.c_str(), reason_size - 1);
+        reason[reason_size - 1] = '\0';
+    }
+    return FMHA_OK;
+}
+
+// The plan's device must be of the kernel's arch.
+fmha_status check_device(int device, Arch kernel_arch, const char* kernel) {
+    Arch arch;
+    if (const fmha_status status = catalogue_arch(device, &arch); status != FMHA_OK) return status;
+    if (arch != kernel_arch)
+        return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(kernel) + " is not for device " +
+                                               std::to_string(device) + " (" + token(arch) + ")");
+    return FMHA_OK;
+}
+
+// Checks the workspace the kernel needs for params and launches it on the device.
+template <class Entry, class Params>
+fmha_status launch_entry(const Entry& entry, const Params& params, int device, void* stream) {
+    const DeviceScope scope(device);
+    const size_t needed = entry.workspace(params);
+    if (needed > 0 && (!params.workspace || params.workspace_bytes < needed))
+        return fail(FMHA_INVALID_ARGUMENT, "workspace: " + std::string(entry.name) + " needs " + std::to_string(needed) +
+                                               " bytes for this problem, got " + std::to_string(params.workspace_bytes) +
+                                               (params.workspace ? "" : " (NULL)"));
+    if (const hipError_t err = entry.launch(params, static_cast<hipStream_t>(stream)); err != hipSuccess)
+        return fail(FMHA_RUNTIME_ERROR, "launching " + std::string(entry.name) + ": " + hipGetErrorString(err));
+    return FMHA_OK;
+}
+
 }  // namespace
 }  // namespace fmha
 
@@ -181,37 +242,26 @@ fmha_status fmha_device_arch(int32_t device, const char** arch) {
 fmha_status fmha_plan_forward(const fmha_problem* problem, int32_t device, fmha_plan* plan, char* reason,
                               size_t reason_size) {
     return guarded([&] {
-        if (!plan) return fail(FMHA_INVALID_ARGUMENT, "plan is NULL");
         Problem p;
-        if (const fmha_status status = to_problem(problem, &p); status != FMHA_OK) return status;
         Arch arch;
-        if (const fmha_status status = catalogue_arch(device, &arch); status != FMHA_OK) return status;
+        if (const fmha_status status = plan_inputs(problem, device, plan, &p, &arch); status != FMHA_OK) return status;
         const Selection selection = select_kernel(p, arch);
         if (!selection.entry) return fail(FMHA_NO_KERNEL, selection.reason + "; " + regenerate_advice(p, arch));
-        const DeviceScope scope(device);
-        plan->kernel = static_cast<int32_t>(selection.entry - kernel_table().data());
-        plan->device = device;
-        plan->workspace_bytes = selection.entry->workspace(shape_params(p));
-        if (reason && reason_size > 0) {
-            std::strncpy(reason, selection.reason.c_str(), reason_size - 1);
-            reason[reason_size - 1] = '\0';
-        }
-        return FMHA_OK;
+        return write_plan(selection.entry, kernel_table().data(), shape_params(p), device, selection.reason, plan, reason,
+                          reason_size);
     });
 }
 
 fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, const fmha_tensors* tensors,
                          void* workspace, uint64_t workspace_bytes, void* stream) {
     return guarded([&] {
-        if (!plan) return fail(FMHA_INVALID_ARGUMENT, "plan is NULL");
-        if (!tensors) return fail(FMHA_INVALID_ARGUMENT, "tensors is NULL");
-        const auto& table = kernel_table();
-        if (plan->kernel < 0 || size_t(plan->kernel) >= table.size())
-            return fail(FMHA_INVALID_ARGUMENT, "plan.kernel " + std::to_string(plan->kernel) + " is not in [0, " +
-                                                   std::to_string(table.size()) + "): use fmha_plan_forward");
+        const KernelEntry* found = nullptr;
         Problem p;
-        if (const fmha_status status = to_problem(problem, &p); status != FMHA_OK) return status;
-        const KernelEntry& entry = table[plan->kernel];
+        if (const fmha_status status =
+                launch_inputs(plan, tensors, kernel_table(), "fmha_plan_forward", problem, &found, &p);
+            status != FMHA_OK)
+            return status;
+        const KernelEntry& entry = *found;
         std::string why_not;
         if (!kernel_supports(entry.key, p, &why_not))
             return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(entry.name) + " does not fit the problem: " + why_not);
@@ -240,11 +290,8 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
                                                        : "tensors.alibi_slopes is given but problem.alibi is 0");
         if (reinterpret_cast<uintptr_t>(t.alibi_slopes) % 4 != 0 || reinterpret_cast<uintptr_t>(t.block_table) % 4 != 0)
             return fail(FMHA_INVALID_ARGUMENT, "tensors.alibi_slopes and block_table must be 4-byte aligned");
-        Arch arch;
-        if (const fmha_status status = catalogue_arch(plan->device, &arch); status != FMHA_OK) return status;
-        if (arch != entry.key.arch)
-            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(entry.name) + " is not for device " +
-                                                   std::to_string(plan->device) + " (" + token(arch) + ")");
+        if (const fmha_status status = check_device(plan->device, entry.key.arch, entry.name); status != FMHA_OK)
+            return status;
 
         FwdParams params = shape_params(p);
         params.q = t.q;
@@ -273,15 +320,81 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         params.workspace = workspace;
         params.workspace_bytes = workspace_bytes;
 
-        const DeviceScope scope(plan->device);
-        const size_t needed = entry.workspace(params);
-        if (needed > 0 && (!workspace || workspace_bytes < needed))
-            return fail(FMHA_INVALID_ARGUMENT, "workspace: " + std::string(entry.name) + " needs " + std::to_string(needed) +
-                                                   " bytes for this problem, got " + std::to_string(workspace_bytes) +
-                                                   (workspace ? "" : " (NULL)"));
-        if (const hipError_t err = entry.launch(params, static_cast<hipStream_t>(stream)); err != hipSuccess)
-            return fail(FMHA_RUNTIME_ERROR, "launching " + std::string(entry.name) + ": " + hipGetErrorString(err));
-        return FMHA_OK;
+        return launch_entry(entry, params, plan->device, stream);
+    });
+}
+
+int32_t fmha_bwd_kernel_count(void) { return static_cast<int32_t>(bwd_kernel_table().size()); }
+
+const char* fmha_bwd_kernel_name(int32_t kernel) {
+    const auto& table = bwd_kernel_table();
+    return kernel >= 0 && size_t(kernel) < table.size() ? table[kernel].name : nullptr;
+}
+
+fmha_status fmha_plan_backward(const fmha_problem* problem, int32_t device, fmha_plan* plan, char* reason,
+                               size_t reason_size) {
+    return guarded([&] {
+        Problem p;
+        Arch arch;
+        if (const fmha_status status = plan_inputs(problem, device, plan, &p, &arch); status != FMHA_OK) return status;
+        const BwdSelection selection = select_bwd_kernel(p, arch);
+        if (!selection.entry) return fail(FMHA_NO_KERNEL, selection.reason);
+        return write_plan(selection.entry, bwd_kernel_table().data(), backward_shape_params(p), device, selection.reason,
+                          plan, reason, reason_size);
+    });
+}
+
+fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, const fmha_bwd_tensors* tensors,
+                          void* workspace, uint64_t workspace_bytes, void* stream) {
+    return guarded([&] {
+        const BwdKernelEntry* found = nullptr;
+        Problem p;
+        if (const fmha_status status =
+                launch_inputs(plan, tensors, bwd_kernel_table(), "fmha_plan_backward", problem, &found, &p);
+            status != FMHA_OK)
+            return status;
+        const BwdKernelEntry& entry = *found;
+        // The kernel select_bwd_kernel would give on the plan's arch (checked before any device is asked).
+        const KernelKey wanted{p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), entry.key.family, entry.key.arch};
+        if (entry.key != wanted || p.layout == Layout::packed)
+            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(entry.name) + " does not fit the problem" +
+                                                   (p.layout == Layout::packed ? " (packed)" : "") + ": use fmha_plan_backward");
+        const fmha_bwd_tensors& t = *tensors;
+        const std::pair<const char*, std::pair<const void*, fmha_strides>> checked[] = {
+            {"q", {t.q, t.q_strides}},    {"k", {t.k, t.k_strides}},       {"v", {t.v, t.v_strides}},
+            {"o", {t.o, t.o_strides}},    {"d_o", {t.d_o, t.d_o_strides}}, {"dq", {t.dq, t.dq_strides}},
+            {"dk", {t.dk, t.dk_strides}}, {"dv", {t.dv, t.dv_strides}}};
+        for (const auto& [name, tensor] : checked)
+            if (const fmha_status status = check_tensor(name, tensor.first, tensor.second); status != FMHA_OK) return status;
+        if (!t.lse) return fail(FMHA_INVALID_ARGUMENT, "tensors.lse is NULL: the backward needs the forward's LSE");
+        if (const fmha_status status = check_device(plan->device, entry.key.arch, entry.name); status != FMHA_OK)
+            return status;
+
+        BwdParams params = backward_shape_params(p);
+        params.q = t.q;
+        params.k = t.k;
+        params.v = t.v;
+        params.o = t.o;
+        params.d_o = t.d_o;
+        params.dq = t.dq;
+        params.dk = t.dk;
+        params.dv = t.dv;
+        params.q_strides = to_strides(t.q_strides);
+        params.k_strides = to_strides(t.k_strides);
+        params.v_strides = to_strides(t.v_strides);
+        params.o_strides = to_strides(t.o_strides);
+        params.d_o_strides = to_strides(t.d_o_strides);
+        params.dq_strides = to_strides(t.dq_strides);
+        params.dk_strides = to_strides(t.dk_strides);
+        params.dv_strides = to_strides(t.dv_strides);
+        params.seqlens_q = t.seqlens_q;
+        params.seqlens_kv = t.seqlens_kv;
+        params.lse = t.lse;
+        params.d_lse = t.d_lse;
+        params.workspace = workspace;
+        params.workspace_bytes = workspace_bytes;
+
+        return launch_entry(entry, params, plan->device, stream);
     });
 }
 

@@ -84,6 +84,25 @@ typedef struct fmha_tensors {
     const int32_t* block_table;
 } fmha_tensors;
 
+/* Device pointers of one backward call (fmha_backward): the forward's q, k, v, its output o and
+ * LSE, the output's gradient d_o, and where dq (like q), dk and dv (like k and v, summed over
+ * each KV head's group of query heads) go. 16-byte aligned, strides as fmha_tensors'. */
+typedef struct fmha_bwd_tensors {
+    const void* q;
+    const void* k;
+    const void* v;
+    const void* o;
+    const void* d_o;
+    void* dq;
+    void* dk;
+    void* dv;
+    fmha_strides q_strides, k_strides, v_strides, o_strides, d_o_strides, dq_strides, dk_strides, dv_strides;
+    const int32_t* seqlens_q; /* as fmha_tensors' */
+    const int32_t* seqlens_kv;
+    const float* lse;   /* the forward's: fp32 [batch, heads_q, seqlen_q] contiguous, -inf where a row sees no key */
+    const float* d_lse; /* NULL, or the LSE's gradient, like lse */
+} fmha_bwd_tensors;
+
 /* A kernel chosen for a problem on a device, and the workspace bytes its launch needs. */
 typedef struct fmha_plan {
     int32_t kernel; /* index in this build's table (fmha_kernel_name) */
@@ -117,6 +136,21 @@ fmha_status fmha_plan_forward(const fmha_problem* problem, int32_t device, fmha_
  * pointers and strides, and the workspace size. */
 fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, const fmha_tensors* tensors,
                          void* workspace, uint64_t workspace_bytes, void* stream);
+
+/* The backward kernel of this build for the problem on the device (plan.kernel indexes the
+ * backward kernels: fmha_bwd_kernel_name), its workspace size, and why. FMHA_NO_KERNEL when
+ * none serves it (packed problems have none yet): fmha_last_error() says why. */
+fmha_status fmha_plan_backward(const fmha_problem* problem, int32_t device, fmha_plan* plan, char* reason,
+                               size_t reason_size);
+
+/* dq, dk, dv of a forward call by the plan's backward kernel on `stream`; asynchronous. The
+ * workspace (plan.workspace_bytes) needs no initialisation. */
+fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, const fmha_bwd_tensors* tensors,
+                          void* workspace, uint64_t workspace_bytes, void* stream);
+
+/* The backward kernels of this build: their count, and each one's name (NULL out of range). */
+int32_t fmha_bwd_kernel_count(void);
+const char* fmha_bwd_kernel_name(int32_t kernel);
 
 #ifdef __cplusplus
 }

@@ -108,6 +108,18 @@ Selection select_kernel(const Problem& p, Arch arch) {
     return {nullptr, std::string("no kernel in this build for ") + p.describe() + " on " + token(arch)};
 }
 
+BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
+    if (p.layout == Layout::packed) return {nullptr, "packed batches have no backward kernel yet"};
+    if (p.softcap != 0.f || p.alibi || p.paged()) return {nullptr, "the serving options have no backward kernel"};
+    if (p.batch > 65535 || p.heads_kv > 65535)  // mmabwd's grid: key blocks x KV heads x batch
+        return {nullptr, "the backward kernels take at most 65535 sequences and 65535 KV heads"};
+    const KernelKey key{p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), Family::mmabwd, arch};
+    if (const BwdKernelEntry* entry = find_bwd_kernel(key))
+        return {entry, std::string(entry->name) + ": " + kFamilyDescriptions[static_cast<int>(Family::mmabwd)]};
+    return {nullptr, std::string("no backward kernel in this build for ") + p.describe() + " on " + token(arch) +
+                         " (python3 setup.py --list shows the fmha_bwd_ kernels a selection holds)"};
+}
+
 bool catalogue_covers(const Problem& p) {
     return std::any_of(kernel_table().begin(), kernel_table().end(),
                        [&](const KernelEntry& e) { return kernel_supports(e.key, p); });

@@ -22,6 +22,15 @@ bool kernel_supports(const KernelKey& key, const Problem& problem, std::string* 
 // The preferred kernel of this build's table for the problem on `arch`.
 Selection select_kernel(const Problem& problem, Arch arch);
 
+struct BwdSelection {
+    const BwdKernelEntry* entry = nullptr;  // nullptr: no backward kernel runs it
+    std::string reason;
+};
+
+// The backward kernel of this build's table for the problem on `arch` (the mmabwd family's gqa
+// kernel of its dtype, head_dim and mask: it runs every group size), or why there is none.
+BwdSelection select_bwd_kernel(const Problem& problem, Arch arch);
+
 // Whether any arch of this build has a kernel for the problem (checked before any GPU is touched).
 bool catalogue_covers(const Problem& problem);
 

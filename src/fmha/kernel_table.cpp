@@ -14,4 +14,10 @@ const KernelEntry* find_kernel_named(std::string_view name) {
     return nullptr;
 }
 
+const BwdKernelEntry* find_bwd_kernel(const KernelKey& key) {
+    for (const BwdKernelEntry& entry : bwd_kernel_table())
+        if (entry.key == key) return &entry;
+    return nullptr;
+}
+
 }  // namespace fmha

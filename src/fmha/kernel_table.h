@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fmha/bwd_params.h"
 #include "fmha/kernel_key.h"
 #include "fmha/params.h"
 
@@ -26,8 +27,20 @@ struct KernelEntry {
     const char* name = "";          // the generator's name (generator/catalogue.py); tests' entries have none
 };
 
-// Every kernel this build holds (one platform's archs).
+// A backward kernel: the same key (its family is a backward one), its own params.
+using BwdLaunchFn = hipError_t (*)(const BwdParams& params, hipStream_t stream);
+using BwdWorkspaceFn = size_t (*)(const BwdParams& params);
+
+struct BwdKernelEntry {
+    KernelKey key;
+    BwdLaunchFn launch;
+    BwdWorkspaceFn workspace;
+    const char* name = "";
+};
+
+// Every kernel this build holds (one platform's archs): forward, and backward.
 const std::vector<KernelEntry>& kernel_table();
+const std::vector<BwdKernelEntry>& bwd_kernel_table();
 
 // The generator options that made this build's catalogue (generated/selection.json), as JSON.
 const char* catalogue_selection();
@@ -36,5 +49,6 @@ const char* catalogue_selection();
 const KernelEntry* find_kernel(const KernelKey& key);
 // The entry of this name (fmha.exe -kernel, the GPU tests' ids), or nullptr.
 const KernelEntry* find_kernel_named(std::string_view name);
+const BwdKernelEntry* find_bwd_kernel(const KernelKey& key);
 
 }  // namespace fmha

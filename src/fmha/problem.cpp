@@ -143,13 +143,12 @@ LayoutStrides layout_strides(const Problem& p) {
     return s;
 }
 
-FwdParams shape_params(const Problem& p) {
-    const LayoutStrides s = layout_strides(p);
-    FwdParams params{};
-    params.q_strides = s.q;
-    params.k_strides = s.k;
-    params.v_strides = s.v;
-    params.o_strides = s.o;
+namespace {
+
+// What FwdParams and BwdParams both take of a problem.
+template <class Params>
+Params sized_params(const Problem& p) {
+    Params params{};
     params.batch = p.batch;
     params.heads_q = p.heads_q;
     params.heads_kv = p.heads_kv;
@@ -158,6 +157,20 @@ FwdParams shape_params(const Problem& p) {
     params.head_dim = p.head_dim;
     params.scale = p.softmax_scale();
     params.window = p.mask.keys(p.seqlen_q, p.seqlen_kv);
+    return params;
+}
+
+}  // namespace
+
+BwdParams backward_shape_params(const Problem& p) { return sized_params<BwdParams>(p); }
+
+FwdParams shape_params(const Problem& p) {
+    const LayoutStrides s = layout_strides(p);
+    FwdParams params = sized_params<FwdParams>(p);
+    params.q_strides = s.q;
+    params.k_strides = s.k;
+    params.v_strides = s.v;
+    params.o_strides = s.o;
     params.softcap = p.softcap;
     params.page_size = p.page_size;
     params.total_q = int(p.total_q);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fmha/attention_mask.h"
+#include "fmha/bwd_params.h"
 #include "fmha/kernel_key.h"
 #include "fmha/params.h"
 
@@ -67,6 +68,8 @@ LayoutStrides layout_strides(const Problem& p);
 // The kernel parameters of a problem: sizes, strides, scale, window, softcap and page size;
 // every pointer null (the ALiBi slopes and the block table too).
 FwdParams shape_params(const Problem& p);
+// The backward's: sizes, scale and window; every pointer null, strides zero.
+BwdParams backward_shape_params(const Problem& p);
 
 // ALiBi's standard slopes for `heads` heads, the geometric sequence of the ALiBi paper (and
 // BLOOM's): 2^(-8 h / n) for h = 1..n with n = heads a power of two; otherwise those of the

@@ -47,11 +47,15 @@ void print_device(const DeviceInfo& device) {
 
 int list_catalogue(const DeviceInfo& device) {
     print_device(device);
-    printf("Catalogue.....: %zu kernels in this %s build (selection %s)\n", kernel_table().size(),
-           token(build_platform()), catalogue_selection());
+    printf("Catalogue.....: %zu kernels in this %s build, %zu of them backward (selection %s)\n",
+           kernel_table().size() + bwd_kernel_table().size(), token(build_platform()), bwd_kernel_table().size(),
+           catalogue_selection());
     std::vector<std::string> names;
-    for (const KernelEntry& e : kernel_table())
-        names.push_back(e.name + std::string(device.arch && e.key.arch == *device.arch ? "  (runs here)" : ""));
+    const auto add = [&](const KernelKey& key, const char* name) {
+        names.push_back(name + std::string(device.arch && key.arch == *device.arch ? "  (runs here)" : ""));
+    };
+    for (const KernelEntry& e : kernel_table()) add(e.key, e.name);
+    for (const BwdKernelEntry& e : bwd_kernel_table()) add(e.key, e.name);  // fmha.exe runs the forward ones
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) printf("%s\n", name.c_str());
     return kSuccess;
@@ -63,7 +67,10 @@ const KernelEntry* forced_kernel(const Options& o, std::string* reason) {
     const KernelEntry* entry = find_kernel_named(o.kernel);
     std::string why_not;
     if (!entry) {
-        *reason = "-kernel " + o.kernel + " is not in this build's catalogue (see -list)";
+        const bool backward = std::any_of(bwd_kernel_table().begin(), bwd_kernel_table().end(),
+                                          [&](const BwdKernelEntry& e) { return o.kernel == e.name; });
+        *reason = "-kernel " + o.kernel + (backward ? " is a backward kernel: fmha.exe runs forward kernels (no -bwd mode yet)"
+                                                    : " is not in this build's catalogue (see -list)");
         return nullptr;
     }
     if (!kernel_supports(entry->key, o.problem, &why_not)) {

@@ -198,6 +198,57 @@ TEST(CApi, ForwardNeedsTheOptionsTensors) {
         << error();
 }
 
+TEST(CApi, BackwardKernelsAreListedApart) {
+    // This platform's backward kernels (none on AMD until the MFMA loop exists); never forward ones.
+    for (int32_t i = 0; i < fmha_bwd_kernel_count(); ++i)
+        EXPECT_EQ(std::string(fmha_bwd_kernel_name(i)).rfind("fmha_bwd_", 0), 0u) << i;
+    EXPECT_EQ(fmha_bwd_kernel_name(-1), nullptr);
+    EXPECT_EQ(fmha_bwd_kernel_name(fmha_bwd_kernel_count()), nullptr);
+    if (std::string(fmha_build_platform()) == "nvidia") EXPECT_GT(fmha_bwd_kernel_count(), 0);
+}
+
+TEST(CApi, BackwardRejectsBadPlansAndTensors) {
+    fmha_problem p = valid_problem();
+    p.seqlen_q = 64;
+    alignas(16) static char buffer[64];
+    alignas(16) static float lse[4];
+    fmha_bwd_tensors t{};
+    t.q = t.k = t.v = t.o = t.d_o = buffer;
+    t.dq = t.dk = t.dv = buffer;
+    t.q_strides = t.o_strides = t.d_o_strides = t.dq_strides = {64 * 8 * 128, 128, 8 * 128};
+    t.k_strides = t.v_strides = t.dk_strides = t.dv_strides = {64 * 2 * 128, 128, 2 * 128};
+    t.lse = lse;
+    fmha_plan plan{};
+    EXPECT_EQ(fmha_backward(nullptr, &p, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "plan is NULL");
+    plan.kernel = fmha_bwd_kernel_count();
+    EXPECT_EQ(fmha_backward(&plan, &p, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("use fmha_plan_backward"), std::string::npos) << error();
+    plan.kernel = -1;
+    for (int32_t i = 0; i < fmha_bwd_kernel_count(); ++i)
+        if (std::strstr(fmha_bwd_kernel_name(i), "_fp16_d128_gqa_nomask_")) plan.kernel = i;
+    if (plan.kernel < 0) GTEST_SKIP() << "no fp16 d128 backward kernel in this catalogue";
+    fmha_problem causal = p;
+    causal.masked = 1, causal.window_left = -1, causal.window_right = 0;
+    EXPECT_EQ(fmha_backward(&plan, &causal, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("does not fit the problem"), std::string::npos) << error();
+    fmha_bwd_tensors bad = t;
+    bad.d_o = nullptr;
+    EXPECT_EQ(fmha_backward(&plan, &p, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "tensors.d_o is NULL");
+    bad = t;
+    bad.dk_strides.row = 4;
+    EXPECT_EQ(fmha_backward(&plan, &p, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("tensors.dk_strides"), std::string::npos) << error();
+    bad = t;
+    bad.lse = nullptr;
+    EXPECT_EQ(fmha_backward(&plan, &p, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("the backward needs the forward's LSE"), std::string::npos) << error();
+    fmha_problem packed = p;
+    packed.packed = 1;
+    EXPECT_EQ(fmha_plan_backward(&packed, 0, &plan, nullptr, 0) == FMHA_OK, false);
+}
+
 TEST(CApi, LastErrorIsPerThread) {
     fmha_problem p = valid_problem();
     p.batch = -1;

@@ -726,6 +726,78 @@ def test_torch_results_equal_fmha_exe(args, tmp_path):
     assert torch.equal(out, o), f"max difference {(out.float() - o.float()).abs().max().item()}"
 
 
+# ---------------------------------------------------------------- the backward kernels
+
+def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, seed=0):
+    """dq, dk, dv of flash_attn_func, served by a backward kernel, against fp64 by FlashAttention's
+    rule (PyTorch's own error: the same attention in q's dtype)."""
+    api = _api()
+    from fmha import _backward
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    left, right = window[0], 0 if causal else window[1]
+    kernel = _backward.kernel_name(q, k, scale, left, right)
+    assert kernel is not None and kernel.startswith("fmha_bwd_"), "no backward kernel serves the call"
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    grad = torch.randn(q.shape, dtype=q.dtype, device="cuda", generator=generator)
+    grad_lse = torch.randn(q.shape[0], q.shape[2], q.shape[1], device="cuda", generator=generator)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out, lse = api.flash_attn_func(*leaves, causal=causal, window_size=window, return_lse=True, strict=True)
+    outputs, grads_out = ((out, lse), (grad, grad_lse)) if with_lse else ((out,), (grad,))
+    ours = torch.autograd.grad(outputs, leaves, grads_out)
+    for dtype in (torch.float64, q.dtype):
+        inputs = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        result, result_lse = _reference(*inputs, causal=causal, window=window, dtype=dtype)
+        if with_lse:  # _reference's LSE is fp64 of the inputs in `dtype`, differentiable
+            grads = torch.autograd.grad((result, result_lse), inputs, (grad.to(dtype), grad_lse.double()))
+        else:
+            grads = torch.autograd.grad(result, inputs, grad.to(dtype))
+        if dtype == torch.float64:
+            reference = grads
+        else:
+            for what, g, r, p in zip(("dq", "dk", "dv"), ours, reference, grads):
+                assert g.shape == r.shape
+                _assert_flash_rule(g, r, p, f"{kernel} {what}")
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal", [
+    (2, 33, 70, 8, 2, 64, True),       # GQA, bottom-right causal, odd lengths
+    (1, 129, 129, 4, 4, 64, False),    # MHA, a partial last tile
+    (2, 97, 200, 6, 1, 128, True),     # MQA
+    (1, 250, 77, 4, 2, 128, False),    # more queries than keys
+    (3, 64, 64, 2, 2, 128, True),
+])
+def test_torch_backward_kernel_matches_fp64(dtype, batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal):
+    torch.manual_seed(31)
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    q = _random(batch, seqlen_q, heads, head_dim, dtype=dt)
+    k, v = (_random(batch, seqlen_kv, heads_kv, head_dim, dtype=dt) for _ in range(2))
+    _check_gradients(q, k, v, causal=causal)
+
+
+@needs_cuda
+def test_torch_backward_kernel_sliding_window_and_lse_gradient():
+    torch.manual_seed(32)
+    q = _random(2, 90, 4, 64)
+    k, v = (_random(2, 150, 2, 64) for _ in range(2))
+    _check_gradients(q, k, v, causal=True, window=(40, 0))
+    _check_gradients(q, k, v, causal=True, with_lse=True, seed=1)
+
+
+@needs_cuda
+def test_torch_backward_operator_passes_opcheck():
+    """fmha::attention_backward's schema and fake implementation agree with what it returns."""
+    api = _api()
+    from fmha import _ops
+    torch.manual_seed(33)
+    q = _random(1, 40, 4, 64)
+    k, v = (_random(1, 50, 2, 64) for _ in range(2))
+    out, lse = api.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    args = (torch.randn_like(out), None, q, k, v, out, lse, None, None, 0.125, -1, 0)
+    torch.library.opcheck(_ops.attention_backward_op, args, test_utils=("test_schema", "test_faketensor"))
+
+
 # ---------------------------------------------------------------- serving options: softcap, ALiBi, paged KV
 
 def _slopes(heads, device, batch=None):

@@ -24,6 +24,23 @@ Problem make(int h, int h_kv, int d, DType dtype = DType::fp16, bool causal = fa
     return p;
 }
 
+TEST(Heuristics, PicksTheBackwardKernelOfEveryGroupSize) {
+    if (bwd_kernel_table().empty()) GTEST_SKIP() << "no backward kernels in this build (AMD: no MFMA loop yet)";
+    for (const BwdKernelEntry& entry : bwd_kernel_table()) {
+        const KernelKey& k = entry.key;
+        for (const int h_kv : {8, 2, 1}) {  // MHA, GQA and MQA problems: the gqa kernel serves them all
+            const BwdSelection s = select_bwd_kernel(make(8, h_kv, k.head_dim, k.dtype, k.mask == Mask::causal), k.arch);
+            EXPECT_EQ(s.entry, &entry) << entry.name << ": " << s.reason;
+        }
+        Problem packed = make(8, 2, k.head_dim, k.dtype, k.mask == Mask::causal);
+        packed.layout = Layout::packed;
+        EXPECT_EQ(select_bwd_kernel(packed, k.arch).entry, nullptr);
+    }
+    const BwdSelection none = select_bwd_kernel(make(8, 2, 24), bwd_kernel_table().front().key.arch);
+    EXPECT_EQ(none.entry, nullptr);
+    EXPECT_NE(none.reason.find("no backward kernel in this build"), std::string::npos) << none.reason;
+}
+
 TEST(Heuristics, PicksTheExactKernelWhenPresent) {
     ASSERT_FALSE(kernel_table().empty());
     for (const KernelEntry& entry : kernel_table()) {

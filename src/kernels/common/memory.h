@@ -30,4 +30,23 @@ __device__ inline Vector load_shared_volatile(const Vector* shared) {
 #endif
 }
 
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80 on),
+// or 16 zero bytes where !valid (nothing is read then). Complete once copy_async_wait_all() and
+// a barrier have passed. Elsewhere (and in the host emulation) a plain copy.
+__device__ inline void copy_async_16(void* shared, const void* global, bool valid) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(shared))),
+                 "l"(global), "r"(valid ? 16 : 0));
+#else
+    *static_cast<uint4*>(shared) = valid ? *static_cast<const uint4*>(global) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+// Waits for this thread's asynchronous copies (the others' need a barrier after it).
+__device__ inline void copy_async_wait_all() {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 }  // namespace fmha

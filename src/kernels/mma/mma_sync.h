@@ -29,6 +29,8 @@ __device__ inline void mma_16x8x16(float (&acc)[4], const uint32_t (&a)[4], cons
             : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     }
+#elif defined(FMHA_EMULATED_MMA_SYNC)  // tests/emulation: the documented layouts on the host
+    emulated_mma_16x8x16<kDType>(acc, a, b);
 #else
     static_assert(kDType != kDType, "mma.sync is an NVIDIA instruction");
 #endif
@@ -46,6 +48,55 @@ __device__ inline uint32_t transpose_8x8(uint32_t x) {
     static_assert(kDType != kDType, "movmatrix is an NVIDIA instruction");
     return x;
 #endif
+}
+
+// Four 8 x 8 matrices of 16-bit elements from shared memory (ldmatrix .x4): lane l gives the
+// address of row l % 8 of matrix l / 8; register j receives matrix j with lane 4 * r + t holding
+// row r, columns 2t and 2t + 1, or, kTransposed, column r, rows 2t and 2t + 1. So a row-major
+// tile read with kTransposed lands in the operand layout of its transpose.
+template <bool kTransposed>
+__device__ inline void load_matrices_x4(uint32_t (&r)[4], const void* row) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+    if constexpr (kTransposed)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+#elif defined(FMHA_EMULATED_MMA_SYNC)
+    emulated_load_matrices_x4<kTransposed>(r, row);
+#else
+    static_assert(kTransposed != kTransposed, "ldmatrix is an NVIDIA instruction");
+#endif
+}
+
+// Operands of m16n8k16 from a row-major shared-memory matrix M (16-bit elements, `stride`
+// elements a row), for the 16 x 16 block at (row0, col0):
+//   A = the block                        load_a<false>      A = its transpose           load_a<true>
+//   B of two n tiles, B[k][n] = M[n][k]  load_b_pair<false> B[k][n] = M[k][n]           load_b_pair<true>
+// (B: registers 0, 1 are the first n tile's b0, b1; registers 2, 3 the second's.)
+template <bool kTransposed>
+__device__ inline void load_a(uint32_t (&a)[4], const uint16_t* m, int stride, int row0, int col0, int lane) {
+    const int j = lane / 8, r = lane % 8;
+    const int row = kTransposed ? row0 + r + 8 * (j / 2) : row0 + r + 8 * (j % 2);
+    const int col = kTransposed ? col0 + 8 * (j % 2) : col0 + 8 * (j / 2);
+    load_matrices_x4<kTransposed>(a, m + row * stride + col);
+}
+template <bool kTransposed>
+__device__ inline void load_b_pair(uint32_t (&b)[4], const uint16_t* m, int stride, int row0, int col0, int lane) {
+    const int j = lane / 8, r = lane % 8;
+    const int row = kTransposed ? row0 + r + 8 * (j % 2) : row0 + r + 8 * (j / 2);
+    const int col = kTransposed ? col0 + 8 * (j / 2) : col0 + 8 * (j % 2);
+    load_matrices_x4<kTransposed>(b, m + row * stride + col);
+}
+
+// acc[2 i], acc[2 i + 1] += A * (the two n tiles of b).
+template <DType kDType>
+__device__ inline void mma_16x16x16(float (&acc0)[4], float (&acc1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+    const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+    mma_16x8x16<kDType>(acc0, a, b0);
+    mma_16x8x16<kDType>(acc1, a, b1);
 }
 
 }  // namespace fmha

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Forward + backward on the device (a benchmark, not a test): flash_attn_func with its backward
+kernel against PyTorch's SDPA flash (FlashAttention-2) and cuDNN backends on issue 31's shapes,
+bf16. Reported: TFLOP/s by FlashAttention's count (forward 4 b h s_q s_kv d, halved when causal;
+forward + backward = 3.5x forward), median of alternating rounds, and the peak allocation
+beyond the inputs over the size of q, k and v.
+
+    python3 benchmarks/training.py [--rounds N] [--runs N] [--cases NAME...]
+"""
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import device_ms  # noqa: E402  (CUDA-event timing)
+
+# name -> (batch, seqlen, heads, heads_kv, head_dim, causal)
+CASES = {
+    "b4_s2k_h16_d128": (4, 2048, 16, 16, 128, False),
+    "b4_s2k_h16_d128_causal": (4, 2048, 16, 16, 128, True),
+    "b2_s4k_h16_d64_causal": (2, 4096, 16, 16, 64, True),
+    "b1_s8k_h32_8_d128_causal": (1, 8192, 32, 8, 128, True),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--cases", nargs="+", default=list(CASES))
+    args = parser.parse_args()
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import fmha
+    from fmha import _backward
+
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"| case | fmha | FA2 (SDPA flash) | cuDNN | fmha / cuDNN | fmha memory | cuDNN memory | bwd kernel |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.cases:
+        batch, seqlen, heads, heads_kv, head_dim, causal = CASES[name]
+        torch.manual_seed(0)
+        q = torch.randn(batch, seqlen, heads, head_dim, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        k, v = (torch.randn(batch, seqlen, heads_kv, head_dim, dtype=torch.bfloat16, device="cuda",
+                            requires_grad=True) for _ in range(2))
+        grad = torch.randn_like(q)
+        input_bytes = sum(t.numel() * t.element_size() for t in (q, k, v))
+        kernel = _backward.kernel_name(q.detach(), k.detach(), head_dim ** -0.5, -1, 0 if causal else -1)
+
+        def ours():
+            out = fmha.flash_attn_func(q, k, v, causal=causal, strict=True)
+            return torch.autograd.grad(out, (q, k, v), grad)
+
+        def sdpa(backend):
+            qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+            with sdpa_kernel([backend]):
+                out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=heads != heads_kv)
+            return torch.autograd.grad(out, (q, k, v), grad.transpose(1, 2))
+
+        calls = {"fmha": ours, "FA2": lambda: sdpa(SDPBackend.FLASH_ATTENTION),
+                 "cuDNN": lambda: sdpa(SDPBackend.CUDNN_ATTENTION)}
+        times, memory = {n: [] for n in calls}, {}
+        for n, call in calls.items():
+            try:
+                call()
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                call()
+                torch.cuda.synchronize()
+                memory[n] = (torch.cuda.max_memory_allocated() - base) / input_bytes
+            except RuntimeError as error:  # e.g. a backend that does not take the shape
+                print(f"{name}: {n} failed: {str(error).splitlines()[0]}")
+                calls[n] = None
+        for _ in range(args.rounds):
+            for n, call in calls.items():
+                if call is not None:
+                    times[n].append(device_ms(call, args.runs, warmup=2))
+        flops = 3.5 * 4 * batch * heads * seqlen * seqlen * head_dim * (0.5 if causal else 1.0)
+        tflops = {n: flops / statistics.median(t) / 1e9 if t else float("nan") for n, t in times.items()}
+        print(f"| {name} | {tflops['fmha']:.1f} | {tflops['FA2']:.1f} | {tflops['cuDNN']:.1f} | "
+              f"{tflops['fmha'] / tflops['cuDNN']:.2f} | {memory.get('fmha', float('nan')):.1f}x | "
+              f"{memory.get('cuDNN', float('nan')):.1f}x | {kernel} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

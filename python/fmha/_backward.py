@@ -1,0 +1,88 @@
+"""The backward kernels (fmha_plan_backward / fmha_backward of the C ABI) on PyTorch's tensors:
+dq, dk, dv of a forward call from q, k, v, its output and LSE, without the N x N probability
+matrix. run() returns None where no kernel serves the call; fmha._ops then recomputes in PyTorch.
+"""
+import ctypes
+
+import torch
+
+from . import _library
+
+_DTYPES = {torch.float16: _library.FP16, torch.bfloat16: _library.BF16}
+_plans = {}  # problem key -> (library, Plan, Problem, kernel name) or None (no kernel)
+_MAX_PLANS = 4096
+
+
+def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale):
+    key = (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale)
+    if key in _plans:
+        return _plans[key]
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()
+    found = None
+    try:
+        library = _library.load()
+        masked = int(left >= 0 or right >= 0)  # FlashAttention's window_size; causal is (-1, 0)
+        problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, masked, left, right,
+                                   scale, 0)
+        plan, kernel, _ = library.plan_backward(problem, device)
+        found = (library, plan, problem, kernel)
+    except (OSError, _library.LibraryError):
+        pass
+    _plans[key] = found
+    return found
+
+
+def _kernel_ready(t):
+    """t, or a contiguous copy where its last dimension is strided or its rows are not 16-byte
+    multiples (the kernels' loads); e.g. the gradient of a sum() is an expanded view."""
+    if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1]):
+        return t
+    return t.contiguous()
+
+
+def _strides(t):
+    batch, seqlen, heads, _ = t.stride()
+    return batch, heads, seqlen
+
+
+def kernel_name(q, k, scale, left, right):
+    """The backward kernel that would serve these tensors and options, or None."""
+    found = _find(q, k, scale, left, right)
+    return found[3] if found else None
+
+
+def _find(q, k, scale, left, right):
+    dtype = _DTYPES.get(q.dtype)
+    if dtype is None or not q.is_cuda or q.dim() != 4:
+        return None
+    batch, seqlen_q, heads, head_dim = q.shape
+    seqlen_kv, heads_kv = k.shape[1], k.shape[2]
+    return _plan(q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, 2**31 - 1),
+                 min(right, 2**31 - 1), scale)
+
+
+def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right):
+    """(dq, dk, dv) like q, k, v by a backward kernel, or None where none serves the call."""
+    if lse is None or lse.numel() == 0:
+        return None
+    found = _find(q, k, scale, left, right)
+    if found is None:
+        return None
+    library, plan, problem, kernel = found
+    q, k, v, out, grad_out = (_kernel_ready(t) for t in (q, k, v, out, grad_out))
+    lse = lse.contiguous()
+    grad_lse = grad_lse.float().contiguous() if grad_lse is not None and grad_lse.numel() > 0 else None
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous [b, s, h, d]
+    workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=q.device)
+    tensors = _library.BWD_TENSORS.pack(
+        *(t.data_ptr() for t in (q, k, v, out, grad_out, dq, dk, dv)),
+        *(s for t in (q, k, v, out, grad_out, dq, dk, dv) for s in _strides(t)),
+        seqlens_q.data_ptr() if seqlens_q is not None else 0, seqlens_kv.data_ptr() if seqlens_kv is not None else 0,
+        lse.data_ptr(), grad_lse.data_ptr() if grad_lse is not None else 0)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    status = library.launch_backward(ctypes.addressof(plan), ctypes.addressof(problem), tensors, workspace.data_ptr(),
+                                     plan.workspace_bytes, stream)
+    if status != _library.OK:
+        raise RuntimeError(f"fmha: {kernel}: {library.last_error()}")
+    return dq, dk, dv

@@ -1,0 +1,49 @@
+// What a backward kernel is given at run time. Shared by host code and kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fmha/params.h"
+
+namespace fmha {
+
+// dQ, dK, dV of O = softmax(scale Q K^T) V from the forward's inputs, its output O, the output's
+// gradient dO and its log-sum-exps. The mask, heads, lengths and strides mean what they mean
+// in FwdParams; dK and dV are per KV head (summed over the query heads of its group).
+struct BwdParams {
+    const void* q;
+    const void* k;
+    const void* v;
+    const void* o;
+    const void* d_o;     // dL/dO, like O
+    void* dq;            // like Q
+    void* dk;            // like K
+    void* dv;            // like V
+    TensorStrides q_strides, k_strides, v_strides, o_strides, d_o_strides, dq_strides, dk_strides, dv_strides;
+
+    // The forward's natural-log LSE, fp32 contiguous [batch, heads_q, seqlen_q]; -inf for a row
+    // that sees no key (such a row has zero gradients).
+    const float* lse;
+    // Optional (nullptr: zero): dL/dLSE, like lse, when the forward's LSE was used too.
+    const float* d_lse;
+
+    int batch;
+    int heads_q;
+    int heads_kv;
+    int seqlen_q;
+    int seqlen_kv;
+    int head_dim;
+    const int* seqlens_q;   // per-sequence lengths, or nullptr (FwdParams)
+    const int* seqlens_kv;
+
+    float scale;
+    KeyWindow window;  // masked kernels: as FwdParams::window
+
+    // Device scratch of at least BwdKernelEntry::workspace(params) bytes: the fp32 dQ
+    // accumulator and D = rowsum(dO * O) per query row. Launches initialise it themselves.
+    void* workspace;
+    size_t workspace_bytes;
+};
+
+}  // namespace fmha

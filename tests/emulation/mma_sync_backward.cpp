@@ -1,0 +1,249 @@
+// The backward family's three kernels (kernels/mmabwd/: preprocess, the mma.sync main loop,
+// convert) run on the host through tests/emulation/hip, with mma.sync and ldmatrix computed from
+// the PTX ISA's documented layouts (kernels/mma/mma_sync.h states them) by the 32 lanes of a warp,
+// each a thread. Checked against dq, dk, dv in double precision from the same 16-bit inputs and
+// the forward's LSE: odd lengths, GQA and MQA, causal with more or fewer queries than keys, a
+// window, per-sequence lengths, rows that see no key, and an LSE gradient.
+// Built and run like mfma_prefill.cpp (fmha_test.py does; Clang 15 or later):
+//   clang++-17 -std=c++20 -O1 -Wno-psabi -pthread -I tests/emulation -I src -I generated \
+//       tests/emulation/mma_sync_backward.cpp -o /tmp/mma_sync_backward && /tmp/mma_sync_backward
+#define FMHA_EMULATED_MMA_SYNC 1
+#include "hip/hip_runtime.h"
+
+#include <cstdio>
+
+#include "fmha_catalogue.h"
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+// The main loop's dynamic shared memory: one block runs at a time.
+#undef __shared__
+#define __shared__
+#define __align__(n)  // the definition below is aligned
+
+namespace fmha {
+namespace mmabwd {
+alignas(16) uint8_t shared[96 * 1024];
+}  // namespace mmabwd
+
+// A warp's exchange slots: each lane publishes, the warp meets, each reads what it needs, the warp meets.
+struct EmulatedWarps {
+    std::barrier<>* warp[4];
+    uint32_t a[4][32][4], b[4][32][2];
+    const uint16_t* rows[4][32];
+};
+inline EmulatedWarps* emulated_warps;
+inline std::mutex atomic_mutex;
+
+inline int warp_of() { return threadIdx.x / 32; }
+
+template <bool kTransposed>
+inline void emulated_load_matrices_x4(uint32_t (&r)[4], const void* row) {
+    const int w = warp_of(), lane = threadIdx.x % 32;
+    emulated_warps->rows[w][lane] = static_cast<const uint16_t*>(row);
+    emulated_warps->warp[w]->arrive_and_wait();
+    for (int j = 0; j < 4; ++j) {
+        const uint16_t* const* m = emulated_warps->rows[w] + 8 * j;  // matrix j's 8 rows
+        const int r8 = lane / 4, c2 = 2 * (lane % 4);
+        const uint16_t lo = kTransposed ? m[c2][r8] : m[r8][c2], hi = kTransposed ? m[c2 + 1][r8] : m[r8][c2 + 1];
+        r[j] = uint32_t(lo) | uint32_t(hi) << 16;
+    }
+    emulated_warps->warp[w]->arrive_and_wait();
+}
+
+template <DType kDType>
+inline float emulated_widen(uint32_t word, int half) {
+    const uint16_t bits = uint16_t(word >> (16 * half));
+    return kDType == DType::fp16 ? float(__builtin_bit_cast(_Float16, bits)) : __builtin_bit_cast(float, uint32_t(bits) << 16);
+}
+
+// A[i][k]: lane 4 (i % 8) + (k % 8) / 2, register i / 8 + 2 (k / 8), half k % 2;
+// B[k][n]: lane 4 n + (k % 8) / 2, register k / 8, half k % 2 (mma_sync.h's table).
+template <DType kDType>
+inline void emulated_mma_16x8x16(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int w = warp_of(), lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    for (int x = 0; x < 4; ++x) emulated_warps->a[w][lane][x] = a[x];
+    emulated_warps->b[w][lane][0] = b[0], emulated_warps->b[w][lane][1] = b[1];
+    emulated_warps->warp[w]->arrive_and_wait();
+    for (int c = 0; c < 4; ++c) {
+        const int i = g + 8 * (c / 2), n = 2 * t + c % 2;
+        float sum = 0.f;
+        for (int k = 0; k < 16; ++k) {
+            const float av = emulated_widen<kDType>(emulated_warps->a[w][4 * (i % 8) + (k % 8) / 2][i / 8 + 2 * (k / 8)], k % 2);
+            const float bv = emulated_widen<kDType>(emulated_warps->b[w][4 * n + (k % 8) / 2][k / 8], k % 2);
+            sum += av * bv;
+        }
+        acc[c] += sum;
+    }
+    emulated_warps->warp[w]->arrive_and_wait();
+}
+}  // namespace fmha
+
+inline float2 atomicAdd(float2* address, float2 value) {
+    std::lock_guard<std::mutex> lock(fmha::atomic_mutex);
+    const float2 old = *address;
+    address->x += value.x, address->y += value.y;
+    return old;
+}
+
+inline thread_local dim3 blockDim;
+
+#include "kernels/mmabwd/mma_sync_kernel.h"
+
+using namespace fmha;
+
+struct Case {
+    int batch, hq, hkv, sq, skv, window;  // window: causal only (0: none)
+    bool varlen, d_lse;
+};
+
+template <class Kernel>
+void run_grid(int blocks_x, int blocks_y, int blocks_z, int threads, Kernel kernel) {
+    for (int z = 0; z < blocks_z; ++z)
+        for (int y = 0; y < blocks_y; ++y)
+            for (int x = 0; x < blocks_x; ++x) {
+                std::barrier<> all(threads), w0(32), w1(32), w2(32), w3(32), v0(64), v1(64), v2(64), v3(64);
+                EmulatedBlock block{&all, {&v0, &v1, &v2, &v3}};
+                EmulatedWarps warps{{&w0, &w1, &w2, &w3}};
+                emulated_block = &block, emulated_warps = &warps;
+                std::vector<std::thread> lanes;
+                for (int t = 0; t < threads; ++t)
+                    lanes.emplace_back([&, t] {
+                        threadIdx.x = t, blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
+                        blockDim.x = unsigned(threads);
+                        kernel();
+                    });
+                for (auto& lane : lanes) lane.join();
+            }
+}
+
+template <class Config>
+bool run(const Case& c, unsigned seed) {
+    constexpr DType kD = Config::dtype;
+    constexpr bool kCausal = Config::mask == Mask::causal;
+    using Numeric = DTypeTraits<kD>;
+    const int d = Config::head_dim;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto bits = [&](std::vector<uint16_t>& x, float s) { for (auto& e : x) e = Numeric::pack(s * u(rng)); };
+    auto value = [&](uint16_t x) { return double(Numeric::unpack1(x)); };
+    // Token-major [b, s, h, d], as Python passes them.
+    auto strides = [&](int heads, int seq) { return TensorStrides{int64_t(seq) * heads * d, d, int64_t(heads) * d}; };
+    std::vector<int> lq(c.batch, c.sq), lkv(c.batch, c.skv);
+    if (c.varlen)
+        for (int b = 0; b < c.batch; ++b) lq[b] = 1 + rng() % c.sq, lkv[b] = 1 + rng() % c.skv;
+    const size_t nq = size_t(c.batch) * c.sq * c.hq * d, nkv = size_t(c.batch) * c.skv * c.hkv * d;
+    std::vector<uint16_t> q(nq), k(nkv), v(nkv), o(nq), d_o(nq), dq(nq, 0x7e00), dk(nkv, 0x7e00), dv(nkv, 0x7e00);
+    bits(q, 2.f), bits(k, 2.f), bits(v, 1.f), bits(d_o, 1.f);
+    const TensorStrides sq = strides(c.hq, c.sq), skv = strides(c.hkv, c.skv);
+    auto at = [&](const TensorStrides& s, int b, int h, int i) { return size_t(b * s.batch + h * s.head + i * s.row); };
+    const int window = kCausal && c.window ? c.window : c.skv;
+    const double scale = 1.0 / std::sqrt(double(d));
+
+    // The reference: P from the scores, O and LSE as the forward gives them, then the gradients.
+    const size_t rows = size_t(c.batch) * c.hq * c.sq;
+    std::vector<float> lse(rows, 777.f), d_lse(rows, 0.f);
+    for (auto& x : d_lse) x = c.d_lse ? u(rng) : 0.f;
+    std::vector<double> rq(nq, 0.0), rk(nkv, 0.0), rv(nkv, 0.0);
+    const int group = c.hq / c.hkv;
+    for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < c.hq; ++h) {
+            const int hk = h / group;
+            for (int i = 0; i < lq[b]; ++i) {
+                const int diag = i + lkv[b] - lq[b];
+                std::vector<double> p(lkv[b], 0.0);
+                double m = -INFINITY;
+                for (int j = 0; j < lkv[b]; ++j) {
+                    if (kCausal && !(j <= diag && j > diag - window)) { p[j] = -INFINITY; continue; }
+                    double dot = 0;
+                    for (int x = 0; x < d; ++x) dot += value(q[at(sq, b, h, i) + x]) * value(k[at(skv, b, hk, j) + x]);
+                    p[j] = dot * scale, m = std::max(m, p[j]);
+                }
+                const size_t row = (size_t(b) * c.hq + h) * c.sq + i;
+                if (m == -INFINITY) {  // sees no key: O = 0, LSE -inf, no gradient
+                    lse[row] = -INFINITY;
+                    for (int x = 0; x < d; ++x) o[at(sq, b, h, i) + x] = 0;
+                    continue;
+                }
+                double sum = 0;
+                for (auto& e : p) sum += e == -INFINITY ? 0.0 : std::exp(e - m);
+                lse[row] = float(m + std::log(sum));
+                for (auto& e : p) e = e == -INFINITY ? 0.0 : std::exp(e - m) / sum;
+                std::vector<double> out(d, 0.0);
+                for (int j = 0; j < lkv[b]; ++j)
+                    for (int x = 0; x < d; ++x) out[x] += p[j] * value(v[at(skv, b, hk, j) + x]);
+                double dd = 0;
+                for (int x = 0; x < d; ++x) {
+                    o[at(sq, b, h, i) + x] = Numeric::pack(float(out[x]));
+                    dd += value(d_o[at(sq, b, h, i) + x]) * value(o[at(sq, b, h, i) + x]);
+                }
+                for (int j = 0; j < lkv[b]; ++j) {
+                    if (p[j] == 0.0) continue;
+                    double dp = 0;
+                    for (int x = 0; x < d; ++x) dp += value(d_o[at(sq, b, h, i) + x]) * value(v[at(skv, b, hk, j) + x]);
+                    const double ds = p[j] * (dp - dd + d_lse[row]);
+                    for (int x = 0; x < d; ++x) {
+                        rv[at(skv, b, hk, j) + x] += p[j] * value(d_o[at(sq, b, h, i) + x]);
+                        rq[at(sq, b, h, i) + x] += scale * ds * value(k[at(skv, b, hk, j) + x]);
+                        rk[at(skv, b, hk, j) + x] += scale * ds * value(q[at(sq, b, h, i) + x]);
+                    }
+                }
+            }
+        }
+
+    BwdParams p{};
+    p.q = q.data(), p.k = k.data(), p.v = v.data(), p.o = o.data(), p.d_o = d_o.data();
+    p.dq = dq.data(), p.dk = dk.data(), p.dv = dv.data();
+    p.q_strides = p.o_strides = p.d_o_strides = p.dq_strides = sq;
+    p.k_strides = p.v_strides = p.dk_strides = p.dv_strides = skv;
+    p.lse = lse.data(), p.d_lse = c.d_lse ? d_lse.data() : nullptr;
+    p.batch = c.batch, p.heads_q = c.hq, p.heads_kv = c.hkv, p.seqlen_q = c.sq, p.seqlen_kv = c.skv, p.head_dim = d;
+    p.seqlens_q = c.varlen ? lq.data() : nullptr, p.seqlens_kv = c.varlen ? lkv.data() : nullptr;
+    p.scale = float(scale), p.window = KeyWindow::of(window - 1, kCausal ? 0 : c.sq);  // causal: keys up to the diagonal
+    std::vector<float> workspace(mmabwd::Workspace::bytes(p) / 4, 12345.f);  // garbage: the launch initialises it
+    p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * 4;
+
+    using T = mmabwd::Tiles<Config>;
+    static_assert(T::kSharedBytes <= int(sizeof(mmabwd::shared)));
+    const int row_blocks = int((rows * (d / 8) + 255) / 256);
+    run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::preprocess_kernel<Config>(p); });
+    run_grid((c.skv + T::kKeys - 1) / T::kKeys, c.hkv, c.batch, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config>(p); });
+    run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::convert_kernel<Config>(p); });
+
+    // Error relative to each tensor's largest reference value; padded rows must be zero.
+    auto check = [&](const char* what, const std::vector<uint16_t>& got, const std::vector<double>& ref, double& worst) {
+        double peak = 1e-30;
+        for (double r : ref) peak = std::max(peak, std::abs(r));
+        worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            const double g = value(got[i]);
+            worst = std::isnan(g) ? INFINITY : std::max(worst, std::abs(g - ref[i]) / peak);
+            if (worst == INFINITY) break;
+        }
+        (void)what;
+    };
+    double eq, ek, ev;
+    check("dq", dq, rq, eq), check("dk", dk, rk, ek), check("dv", dv, rv, ev);
+    const double tolerance = kD == DType::fp16 ? 4e-3 : 3e-2;
+    const bool ok = eq < tolerance && ek < tolerance && ev < tolerance;
+    std::printf("%s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
+                ok ? "ok  " : "FAIL", kD == DType::fp16 ? "fp16" : "bf16", d, c.batch, c.hq, c.hkv, c.sq, c.skv,
+                kCausal ? window : 0, c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "", eq, ek, ev);
+    return ok;
+}
+
+template <DType kD, int kD_, Mask kMask>
+using Cfg = KernelConfig<kD, kD_, HeadsKind::gqa, kMask, Arch::sm90>;
+
+int main() {
+    bool ok = true;
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({2, 4, 2, 33, 70, 0, false, false}, 1);
+    ok &= run<Cfg<DType::bf16, 64, Mask::causal>>({1, 2, 1, 100, 37, 0, false, true}, 2);   // rows that see no key
+    ok &= run<Cfg<DType::fp16, 64, Mask::nomask>>({2, 3, 3, 65, 129, 0, true, false}, 3);  // per-sequence lengths
+    ok &= run<Cfg<DType::bf16, 128, Mask::causal>>({1, 3, 1, 45, 150, 20, false, false}, 4);  // MQA, window
+    ok &= run<Cfg<DType::fp16, 128, Mask::nomask>>({1, 2, 2, 70, 31, 0, false, true}, 5);
+    std::printf("%s\n", ok ? "all cases match the reference" : "SOME CASES FAILED");
+    return ok ? 0 : 1;
+}
