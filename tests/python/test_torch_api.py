@@ -783,6 +783,10 @@ def test_torch_backward_kernel_sliding_window_and_lse_gradient():
     k, v = (_random(2, 150, 2, 64) for _ in range(2))
     _check_gradients(q, k, v, causal=True, window=(40, 0))
     _check_gradients(q, k, v, causal=True, with_lse=True, seed=1)
+    _check_gradients(q, k, v, window=(20, 7), seed=2)   # two-sided: a key block's rows on both sides
+    _check_gradients(q, k, v, window=(-1, 3), seed=3)
+    q = _random(2, 150, 4, 64)  # more queries than keys, causal: the first rows see none
+    _check_gradients(q, k[:, :77], v[:, :77], causal=True, seed=4)
 
 
 @needs_cuda
