@@ -5,6 +5,7 @@
 #include <iterator>
 #include <string_view>
 
+#include "kernels/config.h"
 #include "kernels/decode/limits.h"
 #include "kernels/mmaprefill/limits.h"
 
@@ -15,13 +16,6 @@ namespace {
 // kernels drop the head division and are preferred when they fit.
 bool heads_fit(HeadsKind kernel, const Problem& p) {
     return kernel == HeadsKind::gqa || kernel == p.heads_kind();
-}
-
-// Whether a kernel of `family` with head_dim `kernel` computes a problem's `problem`: the same,
-// or a smaller multiple of 8 where the family zero-fills the columns past it (kFamilyHeadDimRules).
-bool head_dim_fits(Family family, int kernel, int problem) {
-    return kernel == problem ||
-           (kFamilyHeadDimRules[static_cast<int>(family)].serves_smaller && problem < kernel && problem % 8 == 0);
 }
 
 struct FamilyChoice {

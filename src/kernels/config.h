@@ -27,14 +27,19 @@ __device__ inline int kv_head_of(int head_q, int heads_q, int heads_kv) {
     else return head_q / (heads_q / heads_kv);
 }
 
+// Whether a kernel of `family` built for `kernel_head_dim` computes a problem's `head_dim`: the
+// same, or a smaller multiple of 8 where the family zero-fills the columns past it
+// (kFamilyHeadDimRules). The heuristic and the launchers both ask this.
+constexpr bool head_dim_fits(Family family, int kernel_head_dim, int head_dim) {
+    return head_dim == kernel_head_dim || (kFamilyHeadDimRules[static_cast<int>(family)].serves_smaller &&
+                                           head_dim > 0 && head_dim < kernel_head_dim && head_dim % 8 == 0);
+}
+
 // Checks a kernel family's launcher runs before touching memory: the runtime problem must
-// match the kernel's compile-time tuple (its head_dim, or a smaller multiple of 8 for a family
-// that serves those, kFamilyHeadDimRules), and rows must allow 16-byte vector access.
+// match the kernel's compile-time tuple, and rows must allow 16-byte vector access.
 template <class Config>
 inline bool params_match(const FwdParams& p, Family family) {
-    const bool head_dim_ok = p.head_dim == Config::head_dim ||
-                             (kFamilyHeadDimRules[static_cast<int>(family)].serves_smaller && p.head_dim > 0 &&
-                              p.head_dim < Config::head_dim && p.head_dim % 8 == 0);
+    const bool head_dim_ok = head_dim_fits(family, Config::head_dim, p.head_dim);
     const bool heads_ok = Config::heads == HeadsKind::mha   ? p.heads_kv == p.heads_q
                           : Config::heads == HeadsKind::mqa ? p.heads_kv == 1
                                                             : p.heads_kv > 0 && p.heads_q % p.heads_kv == 0;
