@@ -165,6 +165,25 @@ def _append(k_cache, v_cache, k, v, starts, capacity, block_table, cache_batch_i
     v_cache[rows, positions] = v
 
 
+def _left_padded_lengths(cache_leftpad, ends):
+    """Each sequence's key count, ends (an int, or int32 [batch]) less its left padding; the
+    padding is checked (0 <= leftpad <= end) where a host check may run."""
+    lengths = (ends - cache_leftpad).int()
+    if _host_checks_allowed(cache_leftpad):
+        lowest, shortest = torch.stack([cache_leftpad.min(), lengths.min()]).tolist()
+        if lowest < 0 or shortest < 0:
+            raise ValueError("cache_leftpad must be in [0, cache_seqlens (+ new tokens)] for each sequence")
+    return lengths.contiguous()
+
+
+def _shifted_left(cache, cache_leftpad):
+    """cache [batch, capacity, h, d] with sequence b's rows moved cache_leftpad[b] to the left (a
+    copy; positions past the end repeat the last row and are never read)."""
+    batch, capacity = cache.shape[:2]
+    rows = (cache_leftpad.long().unsqueeze(1) + torch.arange(capacity, device=cache.device)).clamp_(max=capacity - 1)
+    return cache.gather(1, rows[:, :, None, None].expand(-1, -1, *cache.shape[2:]))
+
+
 # Per device, an int32 flag that appends captured in a CUDA graph set when a position passed the
 # capacity (nothing can raise there); the next append that can check reports it and clears it.
 _overflowed = {}
@@ -207,23 +226,25 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     [num_blocks, page_block_size, heads_kv, head_dim], sequence b's key j at row j % page_block_size
     of block block_table[b, j // page_block_size]; its capacity is max_blocks_per_seq x
     page_block_size. cache_batch_idx (int32 [batch]): sequence b uses cache row cache_batch_idx[b]
-    (not with block_table, as in FlashAttention).
+    (not with block_table, as in FlashAttention). cache_leftpad (int32 [batch]): sequence b's keys
+    start at cache position cache_leftpad[b] (FlashAttention's left padding; not with block_table):
+    its keys are [cache_leftpad[b], cache_seqlens[b] + seqlen_new), read from a copy shifted left.
 
     cache_seqlens + seqlen_new past the capacity raises a ValueError: for a tensor this costs one
     device-to-host copy, skipped while a CUDA graph is captured or torch.compile traces. There a
     write past the capacity goes to the last slot; a captured one also sets a flag on the device
     that the next eager call with new tokens reports as a ValueError.
     """
-    if not (rotary_cos is None and rotary_sin is None and cache_leftpad is None):
-        unsupported = {"rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
-                       "cache_leftpad": cache_leftpad is not None}
-        named = [name for name, given in unsupported.items() if given]
-        raise NotImplementedError(f"flash_attn_with_kvcache: {', '.join(named)} not supported by fmha yet")
-    if block_table is not None and cache_batch_idx is not None:
-        raise ValueError("cache_batch_idx cannot be combined with block_table (as in FlashAttention): the block "
-                         "table already says where each sequence's keys are")
+    if rotary_cos is not None or rotary_sin is not None:
+        raise NotImplementedError("flash_attn_with_kvcache: rotary_cos, rotary_sin not supported by fmha yet")
+    for name, given in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+        if block_table is not None and given is not None:
+            raise ValueError(f"{name} cannot be combined with block_table (as in FlashAttention): the block "
+                             "table already says where each sequence's keys are")
+    if cache_leftpad is not None and cache_seqlens is None:
+        raise ValueError("cache_leftpad needs cache_seqlens: each sequence's keys run from its left padding to its length")
     key = None  # a decode step without new keys: the fast path's kind of call
-    if (k is None and v is None and cache_batch_idx is None and
+    if (k is None and v is None and cache_batch_idx is None and cache_leftpad is None and
             (cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor))):
         tensors = (q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes)
         key, result = _fastpath.run("flash_attn_with_kvcache", tensors, (softmax_scale, causal, softcap, window_size),
@@ -246,6 +267,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             if lowest < 0 or highest >= k_cache.shape[0]:
                 raise ValueError(f"cache_batch_idx must index k_cache's {k_cache.shape[0]} rows, got values from "
                                  f"{lowest} to {highest}")
+    if cache_leftpad is not None:
+        _checks.lengths("cache_leftpad", cache_leftpad, batch, q.device)
     if (k is None) != (v is None):
         raise ValueError("k and v must be given together (new keys and values to append), or neither")
     appended = 0
@@ -277,6 +300,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             _check_append(cache_seqlens, appended, capacity)
             seqlens_kv = cache_seqlens + appended
         seqlens_kv = seqlens_kv.contiguous()
+    if cache_leftpad is not None:  # checked before anything is written
+        seqlens_kv = _left_padded_lengths(cache_leftpad, keys if seqlens_kv is None else seqlens_kv)
     if appended:
         _append(k_cache, v_cache, k, v, cache_seqlens, capacity, block_table, cache_batch_idx)
 
@@ -297,6 +322,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     else:
         if cache_batch_idx is not None:  # the sequences' rows of the cache, as a copy
             k_cache, v_cache = (t.index_select(0, cache_batch_idx.long()) for t in (k_cache, v_cache))
+        if cache_leftpad is not None:  # each sequence's keys from position 0, as a copy
+            k_cache, v_cache = (_shifted_left(t, cache_leftpad) for t in (k_cache, v_cache))
         k_cache, v_cache = k_cache[:, :keys], v_cache[:, :keys]
         _fastpath.keep(key, q, k_cache, v_cache, None, scale, left, right, 0.0, cache_seqlens, softcap, alibi_slopes)
     out, lse = attention(q, k_cache, v_cache, None, seqlens_kv, scale, left, right, 0.0, return_softmax_lse, strict,

@@ -186,8 +186,13 @@ def test_torch_bad_cu_seqlens_raise():
 def test_torch_kvcache_rejects_what_it_does_not_support():
     api = _api()
     q, cache = torch.zeros(2, 1, 4, 64), torch.zeros(2, 16, 4, 64)
-    with pytest.raises(NotImplementedError, match="rotary_cos, cache_leftpad not supported"):
-        api.flash_attn_with_kvcache(q, cache, cache, rotary_cos=q, cache_leftpad=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="rotary_cos, rotary_sin not supported"):
+        api.flash_attn_with_kvcache(q, cache, cache, rotary_cos=q)
+    with pytest.raises(ValueError, match="cache_leftpad needs cache_seqlens"):
+        api.flash_attn_with_kvcache(q, cache, cache, cache_leftpad=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="cache_leftpad cannot be combined with block_table"):
+        api.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=3, cache_leftpad=torch.zeros(2, dtype=torch.int32),
+                                    block_table=torch.zeros(2, 1, dtype=torch.int32))
     with pytest.raises(ValueError, match="k and v must be given together"):
         api.flash_attn_with_kvcache(q, cache, cache, k=torch.zeros(2, 1, 4, 64), cache_seqlens=3)
     with pytest.raises(ValueError, match=r"cache_seqlens \(16\) \+ new tokens \(1\) must be in \[1, capacity 16\]"):
@@ -1133,6 +1138,28 @@ def test_torch_kvcache_batch_index_and_overflow_on_the_gpu():
     with pytest.raises(ValueError, match=r"must be in \[0, capacity 256\]: cache_seqlens range from 9 to 256"):
         api.flash_attn_with_kvcache(q, big_k, big_v, new_k, new_v, cache_seqlens=overflowing, cache_batch_idx=index)
     assert torch.equal(big_k, before_k) and torch.equal(big_v, before_v)
+
+
+@needs_cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_kvcache_left_padding(causal):
+    """cache_leftpad as FlashAttention: sequence b's keys are [leftpad[b], cache_seqlens[b] + new)."""
+    api = _api()
+    torch.manual_seed(16)
+    k_cache, v_cache = _random(3, 300, 2, 128), _random(3, 300, 2, 128)
+    q, new_k, new_v = _random(3, 2, 8, 128), _random(3, 2, 2, 128), _random(3, 2, 2, 128)
+    leftpad = torch.tensor([0, 37, 120], dtype=torch.int32, device="cuda")
+    filled = torch.tensor([5, 200, 121], dtype=torch.int32, device="cuda")
+    out = api.flash_attn_with_kvcache(q, k_cache, v_cache, new_k, new_v, cache_seqlens=filled, cache_leftpad=leftpad,
+                                      causal=causal, strict=True)
+    for b, (start, end) in enumerate(zip(leftpad.tolist(), (filled + 2).tolist())):
+        assert torch.equal(k_cache[b, end - 2:end], new_k[b]) and torch.equal(v_cache[b, end - 2:end], new_v[b])
+        keys, values = k_cache[b:b + 1, start:end], v_cache[b:b + 1, start:end]
+        reference, _ = _reference(q[b:b + 1], keys, values, causal)
+        pytorch, _ = _reference(q[b:b + 1], keys, values, causal, dtype=q.dtype)
+        _assert_flash_rule(out[b:b + 1], reference, pytorch)
+    with pytest.raises(ValueError, match=r"cache_leftpad must be in \[0, cache_seqlens"):
+        api.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=filled, cache_leftpad=filled + 3)
 
 
 @needs_cuda
