@@ -230,22 +230,17 @@ def test_bad_input_exits_2_with_a_message(args, message):
     assert "Traceback" not in result.stderr and "terminate" not in result.stderr
 
 
-@pytest.mark.parametrize("head_dim", [7, 72, 100, 264, 100000])
-def test_head_dim_advice_works_when_pasted(head_dim):
-    """The command fmha.exe prints adds the head_dim; where the generator rejects it, no command."""
+@pytest.mark.parametrize("head_dim", [7, 100, 264, 100000])
+def test_a_head_dim_the_generator_rejects_gets_its_rule_not_a_command(head_dim):
+    """Every multiple of 8 up to 256 runs (on the next larger kernel); for the others fmha.exe says
+    why no generator command can add one (the advice for a head_dim it can add: test_heuristics)."""
     result = fmha("-d", head_dim)
     assert result.returncode == 2, result.stdout + result.stderr
     generator = subprocess.run([sys.executable, "setup.py", "--refresh", "--head-dims", str(head_dim), "--list"],
                                cwd=REPO, capture_output=True, text=True)
-    command = re.search(r"python3 setup.py (.*) && make$", result.stderr, re.M)
-    if generator.returncode != 0:
-        assert not command and f"head_dim {head_dim} cannot be generated" in result.stderr, result.stderr
-        return
-    assert command, result.stderr
-    pasted = subprocess.run([sys.executable, "setup.py", *command.group(1).split(), "--list"], cwd=REPO,
-                            capture_output=True, text=True)
-    assert pasted.returncode == 0, pasted.stderr
-    assert any(f"_d{head_dim}_" in name for name in pasted.stdout.split())
+    assert generator.returncode != 0, generator.stdout
+    assert not re.search(r"python3 setup.py (.*) && make$", result.stderr, re.M), result.stderr
+    assert f"head_dim {head_dim} cannot be generated" in result.stderr, result.stderr
 
 
 def test_a_forced_kernel_that_does_not_fit_says_which_fields():
