@@ -38,7 +38,7 @@ def main():
     from fmha import _backward
 
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"| case | fmha | FA2 (SDPA flash) | cuDNN | fmha / cuDNN | fmha memory | cuDNN memory | bwd kernel |")
+    print("| case | fmha | FA2 (SDPA flash) | cuDNN | fmha / cuDNN | fmha memory | cuDNN memory | bwd kernel |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.cases:
         batch, seqlen, heads, heads_kv, head_dim, causal = CASES[name]
