@@ -179,7 +179,7 @@ def _left_padded_lengths(cache_leftpad, ends):
 def _shifted_left(cache, cache_leftpad):
     """cache [batch, capacity, h, d] with sequence b's rows moved cache_leftpad[b] to the left (a
     copy; positions past the end repeat the last row and are never read)."""
-    batch, capacity = cache.shape[:2]
+    capacity = cache.shape[1]
     rows = (cache_leftpad.long().unsqueeze(1) + torch.arange(capacity, device=cache.device)).clamp_(max=capacity - 1)
     return cache.gather(1, rows[:, :, None, None].expand(-1, -1, *cache.shape[2:]))
 

@@ -185,6 +185,23 @@ fmha_status write_plan(const Entry* entry, const Entry* table, const Params& par
     return FMHA_OK;
 }
 
+// What the forward and the backward both take from the caller's tensors (fmha_tensors,
+// fmha_bwd_tensors): Q, K, V, O, their strides, the lengths and the LSE.
+template <class Params, class Tensors>
+void take_inputs(Params& params, const Tensors& t) {
+    params.q = t.q;
+    params.k = t.k;
+    params.v = t.v;
+    params.o = t.o;
+    params.q_strides = to_strides(t.q_strides);
+    params.k_strides = to_strides(t.k_strides);
+    params.v_strides = to_strides(t.v_strides);
+    params.o_strides = to_strides(t.o_strides);
+    params.seqlens_q = t.seqlens_q;
+    params.seqlens_kv = t.seqlens_kv;
+    params.lse = t.lse;
+}
+
 // The plan's device must be of the kernel's arch.
 fmha_status check_device(int device, Arch kernel_arch, const char* kernel) {
     Arch arch;
@@ -294,17 +311,7 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
             return status;
 
         FwdParams params = shape_params(p);
-        params.q = t.q;
-        params.k = t.k;
-        params.v = t.v;
-        params.o = t.o;
-        params.q_strides = to_strides(t.q_strides);
-        params.k_strides = to_strides(t.k_strides);
-        params.v_strides = to_strides(t.v_strides);
-        params.o_strides = to_strides(t.o_strides);
-        params.seqlens_q = t.seqlens_q;
-        params.seqlens_kv = t.seqlens_kv;
-        params.lse = t.lse;
+        take_inputs(params, t);
         params.alibi_slopes = t.alibi_slopes;
         params.block_table = t.block_table;
         if (p.paged()) params.max_pages_per_seq = problem->max_pages_per_seq;  // the caller's table width
@@ -371,25 +378,15 @@ fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, co
             return status;
 
         BwdParams params = backward_shape_params(p);
-        params.q = t.q;
-        params.k = t.k;
-        params.v = t.v;
-        params.o = t.o;
+        take_inputs(params, t);
         params.d_o = t.d_o;
         params.dq = t.dq;
         params.dk = t.dk;
         params.dv = t.dv;
-        params.q_strides = to_strides(t.q_strides);
-        params.k_strides = to_strides(t.k_strides);
-        params.v_strides = to_strides(t.v_strides);
-        params.o_strides = to_strides(t.o_strides);
         params.d_o_strides = to_strides(t.d_o_strides);
         params.dq_strides = to_strides(t.dq_strides);
         params.dk_strides = to_strides(t.dk_strides);
         params.dv_strides = to_strides(t.dv_strides);
-        params.seqlens_q = t.seqlens_q;
-        params.seqlens_kv = t.seqlens_kv;
-        params.lse = t.lse;
         params.d_lse = t.d_lse;
         params.workspace = workspace;
         params.workspace_bytes = workspace_bytes;
