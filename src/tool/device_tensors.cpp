@@ -109,6 +109,8 @@ void TensorSet::prepare_for(const KernelEntry& kernel) {
     workspace = bytes ? std::make_unique<DeviceBuffer>(bytes) : nullptr;
     params.workspace = bytes ? workspace->get() : nullptr;
     params.workspace_bytes = bytes;
+    // Garbage, not zeros: a launch may not rely on what the workspace holds.
+    if (bytes) check(hipMemset(params.workspace, 0xa5, bytes), "filling the workspace");
 }
 
 void TensorSet::set_lengths(const DeviceLengths& lengths) {

@@ -57,8 +57,9 @@ constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = fal
 struct BlockShape {
     static constexpr int kThreads = 128;          // small blocks: finer occupancy steps at high register counts
     // Splits of at least kMinKeysPerSplit keys, at most kMaxSplits of them (a multiple of every
-    // variant's groups per block): the fastest measured for few long sequences (docs/decisions.md).
-    static constexpr int kMinKeysPerSplit = 64;
+    // variant's groups per block): the fastest measured for few long sequences and for short
+    // batch-1 steps, whose time is a warp's chain of key steps (docs/decisions.md).
+    static constexpr int kMinKeysPerSplit = 32;
     static constexpr int kMaxSplits = 128;
     static constexpr int kMaxBlockPartialBytes = 48 * 1024;  // shared memory any launch may ask for
     // Whether the variant takes FwdParams' run-time options (softcapping, ALiBi, paged KV);

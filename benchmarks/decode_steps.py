@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Decode steps through the Python API, as a serving loop calls them (a benchmark, not a test).
+
+Parts (--part, default all):
+  steps  fmha.flash_attn_with_kvcache against SDPA's cuDNN, flash and efficient backends on the
+         same filled cache, every call timed as a CUDA-graph replay: bf16 d128 over batch
+         {1, 4, 16, 64, 128} x keys {1k, 4k, 16k, 64k} x GQA {32/8, 64/8, 32/32, 8/1} (where the
+         cache fits), then fp16 and d64/d256 on batch {1, 16} x keys {1k, 16k}. Beside each
+         contiguous point, fmha on a paged copy of the cache (pages of 16 and 64, shuffled).
+  short  the short-key grid: keys 1..16 x query rows per KV head 1..16 (MHA 16/16 with seqlen_q
+         1..16, GQA 32/8 with seqlen_q 1..4, MQA 16/1 with seqlen_q 1) x head_dim 64/128/256 x
+         fp16/bf16, each at a batch that moves at least 256 MB, as a fraction of copy speed.
+  empty  one empty kernel per graph node: the launch cost every step pays.
+
+fmha's calls pass causal=True (bottom-right: a step's one query sees every key; seqlen_q > 1
+in the short grid is causal among the new tokens); the peers, with one query, need no mask.
+Bytes are what must move: K and V once per KV head, Q and O once per query head; "of copy" is
+against bench.py's copy measurement. Peers read the
+same cache through strided [b, h, s, d] views; GQA through enable_gqa, else (a backend that
+refuses it) through an expanded copy made beforehand, which the table marks with "x".
+
+    python3 benchmarks/decode_steps.py [--part steps|short|empty|all] [--out FILE.md] [--quick]
+"""
+import argparse
+import contextlib
+import datetime
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.append(str(Path(__file__).resolve().parent.parent / "python"))  # in-tree, unless installed
+import fmha  # noqa: E402
+from bench import copy_bandwidth_gbps  # noqa: E402  (benchmarks/bench.py: one way to measure the copy)
+
+CALLS = 10        # calls per captured graph
+REPLAYS = 3       # timed replays; the median is reported
+CACHE_LIMIT = 24 << 30  # bytes of K and V a point may allocate (peers' expanded copies come on top)
+
+
+def graph_us(call, calls=CALLS, replays=REPLAYS):
+    """Microseconds per call: `calls` calls captured in one CUDA graph, median of the replays."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            call()  # warm-up: plans, kept launches, allocator blocks
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / calls * 1e3)
+    del graph
+    return statistics.median(times)
+
+
+def paged(cache, page):
+    """(pages [blocks, page, h, d], block_table [b, blocks per sequence]): the cache's rows in
+    shuffled pages."""
+    batch, capacity = cache.shape[:2]
+    per_seq = capacity // page
+    order = torch.randperm(batch * per_seq, device=cache.device)
+    pages = torch.empty((batch * per_seq, page) + tuple(cache.shape[2:]), dtype=cache.dtype, device=cache.device)
+    pages[order] = cache.reshape((batch * per_seq, page) + tuple(cache.shape[2:]))
+    return pages, order.view(batch, per_seq).int()
+
+
+def sdpa_call(backend, q, k_cache, v_cache):
+    """(call, mark) of SDPA with one backend on [b, h, s, d] views; None where it refuses."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    chosen = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+              "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k_cache, v_cache))
+    ratio = qh.shape[1] // kh.shape[1]
+    forms = [("", lambda: F.scaled_dot_product_attention(qh, kh, vh, enable_gqa=ratio > 1))]
+    if ratio > 1 and 2 * k_cache.numel() * k_cache.element_size() * ratio <= CACHE_LIMIT:
+        ke, ve = (t.repeat_interleave(ratio, dim=1) for t in (kh, vh))
+        forms.append(("x", lambda: F.scaled_dot_product_attention(qh, ke, ve)))
+    for mark, form in forms:
+        def call(form=form):
+            with sdpa_kernel(chosen):
+                return form()
+        try:
+            with warnings_off():
+                call()
+            torch.cuda.synchronize()
+            return call, mark
+        except RuntimeError:
+            continue
+    return None, ""
+
+
+@contextlib.contextmanager
+def warnings_off():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def step_points(quick):
+    """(dtype, head_dim, batch, keys, heads_q, heads_kv) of the steps part."""
+    if quick:
+        yield from ((torch.bfloat16, 128, b, s, 32, 8) for b, s in ((1, 1024), (1, 16384), (8, 2048), (64, 8192)))
+        return
+    for batch in (1, 4, 16, 64, 128):
+        for keys in (1024, 4096, 16384, 65536):
+            for heads_q, heads_kv in ((32, 8), (64, 8), (32, 32), (8, 1)):
+                yield torch.bfloat16, 128, batch, keys, heads_q, heads_kv
+    for dtype, head_dim in ((torch.float16, 128), (torch.bfloat16, 64), (torch.bfloat16, 256)):
+        for batch in (1, 16):
+            for keys in (1024, 16384):
+                yield dtype, head_dim, batch, keys, 32, 8
+
+
+def steps(copy, quick, emit):
+    emit("| dtype | d | batch | keys | GQA | fmha us | paged 16 | paged 64 | cuDNN | flash | efficient "
+            "| fmha / best | paged / contiguous | of copy |", "|" + "---|" * 14)
+    for dtype, head_dim, batch, keys, heads_q, heads_kv in step_points(quick):
+        cache_bytes = 2 * batch * keys * heads_kv * head_dim * 2
+        if cache_bytes > CACHE_LIMIT:
+            continue
+        make = dict(dtype=dtype, device="cuda")
+        q = torch.randn(batch, 1, heads_q, head_dim, **make)
+        k_cache, v_cache = (torch.randn(batch, keys, heads_kv, head_dim, **make) for _ in range(2))
+        lengths = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
+        ours = graph_us(lambda: fmha.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, causal=True, strict=True))
+        pages = []
+        for page in (16, 64):
+            k_pages, table = paged(k_cache, page)
+            v_pages = torch.empty_like(k_pages)
+            v_pages[table.flatten().long()] = v_cache.reshape(k_pages.shape)
+            pages.append(graph_us(lambda: fmha.flash_attn_with_kvcache(
+                q, k_pages, v_pages, cache_seqlens=lengths, block_table=table, causal=True, strict=True)))
+            k_pages = v_pages = None
+        peers = []
+        for backend in ("cudnn", "flash", "efficient"):
+            call, mark = sdpa_call(backend, q, k_cache, v_cache)
+            peers.append((graph_us(call), mark) if call else (None, ""))
+            del call
+        best = min((t for t, _ in peers if t), default=None)
+        moved = cache_bytes + 2 * q.numel() * q.element_size()
+        name = "bf16" if dtype == torch.bfloat16 else "fp16"
+        cells = [f"{t:.1f}{m}" if t else "-" for t, m in peers]
+        emit(f"| {name} | {head_dim} | {batch} | {keys} | {heads_q}/{heads_kv} | {ours:.1f} | {pages[0]:.1f} | "
+             f"{pages[1]:.1f} | {' | '.join(cells)} | {best / ours if best else 0:.2f} | "
+             f"{max(pages) / ours:.3f} | {moved / ours / 1e3 / copy:.2f} |")
+        q = k_cache = v_cache = None
+        torch.cuda.empty_cache()
+
+
+def short_grid(copy, quick, emit):
+    emit("| dtype | d | heads | seqlen_q | rows per KV head | " + " | ".join(f"{k}" for k in range(1, 17)) + " |",
+         "|" + "---|" * 21)
+    worst = (2.0, "")
+    for dtype in (torch.float16, torch.bfloat16):
+        for head_dim in (64, 128, 256):
+            for heads_q, heads_kv, seqlens in ((16, 16, range(1, 17)), (32, 8, range(1, 5)), (16, 1, (1,))):
+                for seqlen_q in seqlens:
+                    if quick and seqlen_q not in (1, 2):
+                        continue
+                    cells = []
+                    for keys in range(1, 17):
+                        per_seq = 2 * keys * heads_kv * head_dim * 2 + 2 * seqlen_q * heads_q * head_dim * 2
+                        batch = -(-(256 << 20) // per_seq)
+                        make = dict(dtype=dtype, device="cuda")
+                        q = torch.randn(batch, seqlen_q, heads_q, head_dim, **make)
+                        k, v = (torch.randn(batch, keys, heads_kv, head_dim, **make) for _ in range(2))
+                        us = graph_us(lambda: fmha.flash_attn_with_kvcache(q, k, v, causal=True, strict=True), calls=5,
+                                      replays=3)
+                        fraction = batch * per_seq / us / 1e3 / copy
+                        cells.append(f"{fraction:.2f}")
+                        name = f"{'bf16' if dtype == torch.bfloat16 else 'fp16'} d{head_dim} {heads_q}/{heads_kv} " \
+                               f"s_q {seqlen_q} keys {keys}"
+                        worst = min(worst, (fraction, name))
+                        q = k = v = None
+                    emit(f"| {'bf16' if dtype == torch.bfloat16 else 'fp16'} | {head_dim} | {heads_q}/{heads_kv} "
+                         f"| {seqlen_q} | {heads_q // heads_kv * seqlen_q} | " + " | ".join(cells) + " |")
+        torch.cuda.empty_cache()
+    emit("", f"Lowest point: {worst[0]:.2f} of copy ({worst[1]}).")
+
+
+def empty(copy, quick, emit):
+    emit(f"One empty kernel per graph node: {graph_us(lambda: torch.cuda._sleep(0)):.2f} us.")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("steps", "short", "empty", "all"), default="all")
+    parser.add_argument("--out", help="also write the Markdown tables here")
+    parser.add_argument("--quick", action="store_true", help="a few points of each part")
+    options = parser.parse_args()
+    torch.manual_seed(0)
+    copy = copy_bandwidth_gbps()
+    lines = [f"Device: {torch.cuda.get_device_name()}; PyTorch {torch.__version__}; "
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; copy {copy:.0f} GB/s; "
+             f"graphs of {CALLS} calls, median of {REPLAYS} replays; command: {' '.join(sys.argv)}", ""]
+    print("\n".join(lines), flush=True)
+
+    def emit(*new):  # prints, and rewrites --out after every row: a cut-off run keeps what it measured
+        lines.extend(new)
+        print("\n".join(new), flush=True)
+        if options.out:
+            Path(options.out).write_text("\n".join(lines) + "\n")
+
+    for part in ("empty", "steps", "short") if options.part == "all" else (options.part,):
+        emit(f"### {part}", "")
+        {"empty": empty, "steps": steps, "short": short_grid}[part](copy, options.quick, emit)
+        emit("")
+
+
+if __name__ == "__main__":
+    main()
