@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "fmha/bwd_params.h"
 #include "fmha/params.h"
 #include "fmha_catalogue.h"
 
@@ -25,6 +26,14 @@ hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, ui
 // a problem without a mask has both sides unbounded).
 hipError_t reference_forward(const FwdParams& params, DType dtype, float* out, float* lse = nullptr,
                              hipStream_t stream = nullptr);
+
+// The backward's gradients in fp32, contiguous: dq [batch, heads_q, seqlen_q, head_dim], dk and
+// dv [batch, heads_kv, seqlen_kv, head_dim] (summed over each KV head's query heads), from
+// params' q, k, v and d_o (its o, lse and workspace are not read: the probabilities and
+// rowsum(P * dP) are recomputed). Rows past a sequence's length and keys no row sees get
+// zeros. Synchronises the stream.
+hipError_t reference_backward(const BwdParams& params, DType dtype, float* dq, float* dk, float* dv,
+                              hipStream_t stream = nullptr);
 
 struct Tolerance {
     float atol, rtol;   // per element: |out - ref| <= atol + rtol * |ref|

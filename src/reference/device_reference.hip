@@ -107,6 +107,105 @@ __global__ void reference_kernel(const FwdParams p, float* out, float* lse) {
     }
 }
 
+// The backward, one thread per query row, then one per key row, recomputing the probabilities
+// from the inputs (no softcapping or ALiBi: the backward kernels take neither). With
+// P = softmax(scale q k^T) per row, dP = dO v^T and D = rowsum(P * dP):
+//   dS = P * (dP - D),  dQ = scale dS k,  dK = scale dS^T q,  dV = P^T dO,
+// dK and dV summed over the query heads of each KV head.
+struct BackwardRow {  // a query row of BwdParams, located
+    int64_t b;
+    int h, i, len_q, len_kv, first, last;  // keys [first, last] (none where last < first)
+};
+
+__device__ inline BackwardRow backward_row(const BwdParams& p, int64_t row) {
+    BackwardRow r;
+    r.i = int(row % p.seqlen_q);
+    r.h = int(row / p.seqlen_q % p.heads_q);
+    r.b = row / p.seqlen_q / p.heads_q;
+    r.len_q = length_of(p.seqlens_q, nullptr, r.b, p.seqlen_q);
+    r.len_kv = length_of(p.seqlens_kv, nullptr, r.b, p.seqlen_kv);
+    const int diagonal = r.i + r.len_kv - r.len_q;
+    r.first = max(0, diagonal - p.window.left);
+    r.last = r.i < r.len_q ? min(r.len_kv - 1, diagonal + p.window.right) : -1;
+    return r;
+}
+
+template <DType kDType>
+__device__ inline float dot_rows(const void* a, int64_t a_row, const void* b, int64_t b_row, int n) {
+    float dot = 0.f;
+    for (int c = 0; c < n; ++c) dot += load<kDType>(a, a_row + c) * load<kDType>(b, b_row + c);
+    return dot;
+}
+
+// Per query row: its natural-log LSE and D (to `stats`, [row][2]), and dQ (fp32, contiguous
+// [batch, heads_q, seqlen_q, head_dim]; zeros for a row that sees no key).
+template <DType kDType>
+__global__ void reference_backward_rows(const BwdParams p, float* dq, float2* stats) {
+    const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+    for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < rows; row += int64_t(gridDim.x) * blockDim.x) {
+        const BackwardRow r = backward_row(p, row);
+        const int hk = r.h / (p.heads_q / p.heads_kv);
+        const int64_t q_row = r.b * p.q_strides.batch + r.h * p.q_strides.head + r.i * p.q_strides.row;
+        const int64_t do_row = r.b * p.d_o_strides.batch + r.h * p.d_o_strides.head + r.i * p.d_o_strides.row;
+        auto k_row = [&](int j) { return r.b * p.k_strides.batch + hk * p.k_strides.head + j * p.k_strides.row; };
+        auto v_row = [&](int j) { return r.b * p.v_strides.batch + hk * p.v_strides.head + j * p.v_strides.row; };
+        float row_max = -INFINITY, sum = 0.f;
+        for (int j = r.first; j <= r.last; ++j) row_max = fmaxf(row_max, p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim));
+        for (int j = r.first; j <= r.last; ++j) sum += expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim) - row_max);
+        const float lse = r.last < r.first ? -INFINITY : row_max + logf(sum);
+        auto prob = [&](int j) { return expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim) - lse); };
+        float d = 0.f;
+        for (int j = r.first; j <= r.last; ++j) d += prob(j) * dot_rows<kDType>(p.d_o, do_row, p.v, v_row(j), p.head_dim);
+        stats[row] = make_float2(lse, d);
+        float* out = dq + row * p.head_dim;
+        for (int c0 = 0; c0 < p.head_dim; c0 += kChunk) {
+            float acc[kChunk] = {};
+            for (int j = r.first; j <= r.last; ++j) {
+                const float ds = prob(j) * (dot_rows<kDType>(p.d_o, do_row, p.v, v_row(j), p.head_dim) - d);
+                for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) acc[c] += ds * load<kDType>(p.k, k_row(j) + c0 + c);
+            }
+            for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) out[c0 + c] = p.scale * acc[c];
+        }
+    }
+}
+
+// Per key row (batch, KV head, key): dK and dV (fp32, contiguous [batch, heads_kv, seqlen_kv,
+// head_dim]), from the query rows' stats.
+template <DType kDType>
+__global__ void reference_backward_keys(const BwdParams p, const float2* stats, float* dk, float* dv) {
+    const int64_t keys = int64_t(p.batch) * p.heads_kv * p.seqlen_kv;
+    const int group = p.heads_q / p.heads_kv;
+    for (int64_t key = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; key < keys; key += int64_t(gridDim.x) * blockDim.x) {
+        const int j = int(key % p.seqlen_kv);
+        const int hk = int(key / p.seqlen_kv % p.heads_kv);
+        const int64_t b = key / p.seqlen_kv / p.heads_kv;
+        const int64_t k_row = b * p.k_strides.batch + hk * p.k_strides.head + j * p.k_strides.row;
+        const int64_t v_row = b * p.v_strides.batch + hk * p.v_strides.head + j * p.v_strides.row;
+        for (int c0 = 0; c0 < p.head_dim; c0 += kChunk) {
+            float acc_k[kChunk] = {}, acc_v[kChunk] = {};
+            for (int h = hk * group; h < (hk + 1) * group; ++h) {
+                for (int i = 0; i < p.seqlen_q; ++i) {
+                    const int64_t row = (b * p.heads_q + h) * p.seqlen_q + i;
+                    const BackwardRow r = backward_row(p, row);
+                    if (j < r.first || j > r.last) continue;
+                    const int64_t q_row = b * p.q_strides.batch + h * p.q_strides.head + i * p.q_strides.row;
+                    const int64_t do_row = b * p.d_o_strides.batch + h * p.d_o_strides.head + i * p.d_o_strides.row;
+                    const float prob = expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row, p.head_dim) - stats[row].x);
+                    const float ds = prob * (dot_rows<kDType>(p.d_o, do_row, p.v, v_row, p.head_dim) - stats[row].y);
+                    for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) {
+                        acc_k[c] += ds * load<kDType>(p.q, q_row + c0 + c);
+                        acc_v[c] += prob * load<kDType>(p.d_o, do_row + c0 + c);
+                    }
+                }
+            }
+            for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) {
+                dk[key * p.head_dim + c0 + c] = p.scale * acc_k[c];
+                dv[key * p.head_dim + c0 + c] = acc_v[c];
+            }
+        }
+    }
+}
+
 struct Partial {
     int64_t nan_count, bad_count, worst_index;
     double err_sq, ref_sq;
@@ -183,6 +282,17 @@ struct ReferenceLaunch {
 };
 
 template <DType kDType>
+struct BackwardReferenceLaunch {
+    static hipError_t run(const BwdParams& p, float* dq, float* dk, float* dv, float2* stats, hipStream_t stream) {
+        const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q, keys = int64_t(p.batch) * p.heads_kv * p.seqlen_kv;
+        reference_backward_rows<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, dq, stats);
+        if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
+        reference_backward_keys<kDType><<<blocks_for(keys), kThreads, 0, stream>>>(p, stats, dk, dv);
+        return hipGetLastError();
+    }
+};
+
+template <DType kDType>
 struct CompareLaunch {
     static hipError_t run(const FwdParams& p, const float* ref, const Tolerance& tol, Partial* partials, unsigned blocks) {
         compare_kernel<kDType><<<blocks, kThreads>>>(p, ref, tol, partials);
@@ -200,6 +310,17 @@ hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, ui
 
 hipError_t reference_forward(const FwdParams& params, DType dtype, float* out, float* lse, hipStream_t stream) {
     return dispatch<ReferenceLaunch>(dtype, params, out, lse, stream);
+}
+
+hipError_t reference_backward(const BwdParams& params, DType dtype, float* dq, float* dk, float* dv, hipStream_t stream) {
+    float2* stats = nullptr;
+    const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
+    hipError_t err = hipMalloc(reinterpret_cast<void**>(&stats), std::max<int64_t>(rows, 1) * sizeof(float2));
+    if (err != hipSuccess) return err;
+    err = dispatch<BackwardReferenceLaunch>(dtype, params, dq, dk, dv, stats, stream);
+    if (err == hipSuccess) err = hipStreamSynchronize(stream);
+    (void)hipFree(stats);
+    return err;
 }
 
 Tolerance default_tolerance(DType dtype) {

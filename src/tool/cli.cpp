@@ -53,6 +53,7 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
         {"-causal-mask", [&] { causal = true; }}, {"-mqa", [&] { mqa = true; }},
         {"-skip-checks", [&] { o.skip_checks = true; }}, {"-list", [&] { o.list = true; }},
         {"-lse", [&] { o.lse = true; }},           {"-alibi", [&] { p.alibi = true; }},
+        {"-bwd", [&] { o.backward = true; }},
         {"-paged-kv", [&] { paged = true; }},
         {"-help", [&] { o.help = true; }},          {"--help", [&] { o.help = true; }},
     };
@@ -150,6 +151,10 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
     if (given.count("-sliding-window-size") && window < 1)
         parsed.errors.push_back("-sliding-window-size must be positive (got " + std::to_string(window) + ")");
     if (given.count("-fp16") && given.count("-bf16")) parsed.errors.push_back("-fp16 and -bf16 disagree: give one");
+    if (o.backward) {  // the backward kernels' reach (select_bwd_kernel says the rest)
+        for (const char* flag : {"-save-tensors", "-kernel"})
+            if (given.count(flag)) parsed.errors.push_back(std::string("-bwd does not take ") + flag + " yet");
+    }
     if (o.list) {  // -list describes no problem: any other flag is a mistake, not something to ignore
         std::string others;
         for (const std::string& flag : given)
@@ -160,7 +165,8 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
 }
 
 std::string usage() {
-    return R"(fmha.exe: run, check and time one attention forward problem with a catalogue kernel.
+    return R"(fmha.exe: run, check and time one attention problem with a catalogue kernel, forward or
+(-bwd) backward.
 
 Problem (defaults in brackets):
   -b N                    batch [1]
@@ -202,6 +208,9 @@ Run:
   -skip-checks            do not compare with the reference
   -lse                    also output each query row's softmax log-sum-exp (natural log, fp32
                           [b, h, s_q]; -inf for a row that sees no key), checked and saved too
+  -bwd                    the backward: one forward launch (with its LSE), then dQ, dK, dV for a
+                          random dO by the backward kernel, checked against the fp32 reference
+                          backward and timed (TFLOP/s count the backward as 2.5 forwards)
   -kernel NAME            run this kernel instead of the heuristic's choice (see -list)
   -save-tensors DIR       write q, k, v, o, with -lse lse (and the references) as .npy plus
                           meta.json to DIR; with -alibi the slopes, with -paged-kv the pages

@@ -1,5 +1,5 @@
 // fmha.exe's command line: FMHA_v2's flags where they overlap, plus -list, -kernel, -layout,
-// -save-tensors and -seed. Parsing is host-only and unit-tested.
+// -save-tensors, -seed and -bwd. Parsing is host-only and unit-tested.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@ struct Options {
     int verbose = 1;
     bool skip_checks = false;
     bool lse = false;         // -lse: ask for each row's log-sum-exp, check and save it too
+    bool backward = false;    // -bwd: run, check and time the backward (after one forward)
     bool list = false;
     bool help = false;
     std::string kernel;       // -kernel NAME: force one kernel

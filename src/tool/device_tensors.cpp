@@ -113,6 +113,42 @@ void TensorSet::prepare_for(const KernelEntry& kernel) {
     if (bytes) check(hipMemset(params.workspace, 0xa5, bytes), "filling the workspace");
 }
 
+namespace {
+size_t q_elements(const Problem& p) { return size_t(p.batch) * p.heads_q * p.seqlen_q * p.head_dim; }
+size_t kv_elements(const Problem& p) { return size_t(p.batch) * p.heads_kv * p.seqlen_kv * p.head_dim; }
+TensorStrides contiguous(int heads, int seq, int head_dim) { return {int64_t(heads) * seq * head_dim, int64_t(seq) * head_dim, head_dim}; }
+}  // namespace
+
+GradientSet::GradientSet(const TensorSet& forward, uint64_t seed)
+    : d_o(2 * q_elements(forward.problem)), dq(2 * q_elements(forward.problem)), dk(2 * kv_elements(forward.problem)),
+      dv(2 * kv_elements(forward.problem)) {
+    const Problem& p = forward.problem;
+    const FwdParams& f = forward.params;
+    if (!forward.lse) throw std::logic_error("GradientSet: the forward's TensorSet must request its LSE");
+    params = backward_shape_params(p);
+    params.q = f.q, params.k = f.k, params.v = f.v, params.o = f.o;
+    params.q_strides = f.q_strides, params.k_strides = f.k_strides, params.v_strides = f.v_strides, params.o_strides = f.o_strides;
+    params.lse = forward.lse->get<float>();
+    params.seqlens_q = f.seqlens_q, params.seqlens_kv = f.seqlens_kv;
+    params.d_o = d_o.get(), params.dq = dq.get(), params.dk = dk.get(), params.dv = dv.get();
+    params.d_o_strides = params.dq_strides = contiguous(p.heads_q, p.seqlen_q, p.head_dim);
+    params.dk_strides = params.dv_strides = contiguous(p.heads_kv, p.seqlen_kv, p.head_dim);
+    check(fill_random(d_o.get(), int64_t(q_elements(p)), p.dtype, seed, 3, 1.f), "filling dO");
+    poison();
+}
+
+void GradientSet::poison() {
+    for (const DeviceBuffer* grad : {&dq, &dk, &dv}) check(hipMemset(grad->get(), 0xff, grad->bytes()), "poisoning a gradient");
+}
+
+void GradientSet::prepare_for(const BwdKernelEntry& kernel) {
+    const size_t bytes = kernel.workspace(params);
+    workspace = bytes ? std::make_unique<DeviceBuffer>(bytes) : nullptr;
+    params.workspace = bytes ? workspace->get() : nullptr;
+    params.workspace_bytes = bytes;
+    if (bytes) check(hipMemset(params.workspace, 0xa5, bytes), "filling the workspace");  // as TensorSet's
+}
+
 void TensorSet::set_lengths(const DeviceLengths& lengths) {
     const bool packed = problem.layout == Layout::packed;
     params.seqlens_q = packed ? nullptr : lengths.q();

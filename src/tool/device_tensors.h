@@ -96,6 +96,20 @@ struct TensorSet {
     void upload_block_table();
 };
 
+// The backward's tensors for the forward of a TensorSet (which must have requested its LSE): dO
+// random, dQ, dK, dV poisoned with NaN, each contiguous [batch, heads, seq, head_dim], with the
+// BwdParams that read the forward's Q, K, V, O and LSE.
+struct GradientSet {
+    GradientSet(const TensorSet& forward, uint64_t seed);
+    void poison();  // every element of dQ, dK and dV NaN
+    // Allocates the workspace the kernel asks for.
+    void prepare_for(const BwdKernelEntry& kernel);
+
+    DeviceBuffer d_o, dq, dk, dv;
+    std::unique_ptr<DeviceBuffer> workspace;
+    BwdParams params;
+};
+
 // The [batch, heads, seq, head_dim] tensor at `base` (device) with strides `s`, copied to the
 // host in logical order.
 std::vector<uint16_t> copy_logical(const void* base, const TensorStrides& s, int batch, int heads, int seq,

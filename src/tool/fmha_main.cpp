@@ -1,5 +1,5 @@
-// fmha.exe: runs one attention problem with a catalogue kernel, checks it against the
-// reference and times it (see `fmha.exe -help`).
+// fmha.exe: runs one attention problem with a catalogue kernel, forward or backward, checks it
+// against the reference and times it (see `fmha.exe -help`).
 #include <hip/hip_runtime_api.h>
 
 #include <algorithm>
@@ -69,7 +69,7 @@ const KernelEntry* forced_kernel(const Options& o, std::string* reason) {
     if (!entry) {
         const bool backward = std::any_of(bwd_kernel_table().begin(), bwd_kernel_table().end(),
                                           [&](const BwdKernelEntry& e) { return o.kernel == e.name; });
-        *reason = "-kernel " + o.kernel + (backward ? " is a backward kernel: fmha.exe runs forward kernels (no -bwd mode yet)"
+        *reason = "-kernel " + o.kernel + (backward ? " is a backward kernel: -kernel names forward kernels (-bwd picks its own)"
                                                     : " is not in this build's catalogue (see -list)");
         return nullptr;
     }
@@ -285,6 +285,88 @@ double time_runs(const Options& o, const KernelEntry& kernel, const std::vector<
            }) / o.runs;
 }
 
+// A gradient in the reference's comparison: a FwdParams whose O is the gradient, [batch, heads,
+// seq, head_dim] with those strides, rows past `lengths` not compared.
+FwdParams gradient_view(const BwdParams& b, void* grad, const TensorStrides& strides, int heads, int seq, const int* lengths) {
+    FwdParams view{};
+    view.o = grad, view.o_strides = strides;
+    view.batch = b.batch, view.heads_q = heads, view.seqlen_q = seq, view.head_dim = b.head_dim, view.seqlens_q = lengths;
+    return view;
+}
+
+// The backward's error rule here: twice the forward's. Its inputs are the forward's rounded O
+// (in rowsum(dO * O)) and probabilities rounded for the tensor cores (docs/validation.md).
+Tolerance backward_tolerance(DType dtype) {
+    const Tolerance forward = default_tolerance(dtype);
+    return {2 * forward.atol, 2 * forward.rtol, 2 * forward.rel_l2};
+}
+
+// -bwd: one launch of the forward kernel for O and the LSE, then the backward kernel on a random
+// dO, checked against the reference backward and timed.
+int run_backward(const Options& o, const Problem& p, const DeviceInfo& device, const KernelEntry& forward) {
+    const BwdSelection selection = select_bwd_kernel(p, *device.arch);
+    if (!selection.entry) return report_bad_input("-bwd: " + selection.reason);
+    const BwdKernelEntry& kernel = *selection.entry;
+    const BufferSizes sizes = buffer_sizes(p);
+    const double q_bytes = 2.0 * sizes.q, kv_bytes = 2.0 * sizes.k;
+    const double needed = 2.0 * (sizes.q + sizes.k + sizes.v + sizes.o) + 2 * q_bytes + 2 * kv_bytes +  // inputs, dO, grads
+                          2 * q_bytes + 4 * kv_bytes + double(kernel.workspace(backward_shape_params(p)));  // fp32 references
+    if (needed > 0.95 * device.free_bytes) {
+        fprintf(stderr, "fmha.exe: not enough device memory: the backward needs %s, the device has %s free\n", gib(needed).c_str(),
+                gib(device.free_bytes).c_str());
+        return kEnvironment;
+    }
+    const SeqLens lens = draw_lengths(o);
+    if (o.verbose >= 1) {
+        print_device(device);
+        printf("Problem.......: %s (backward)\n", p.describe().c_str());
+        printf("Forward.......: %s\n", forward.name);
+        printf("Kernel........: %s\n", selection.reason.c_str());
+    }
+    const DeviceLengths lengths(lens);
+    TensorSet set(p);
+    set.fill(p, o.seed);
+    set.set_lengths(lengths);
+    set.prepare_for(forward);
+    set.request_lse();
+    check(forward.launch(set.params, nullptr), std::string("launching ") + forward.name);
+    GradientSet grads(set, o.seed);
+    grads.prepare_for(kernel);
+    check(kernel.launch(grads.params, nullptr), std::string("launching ") + kernel.name);
+    check(hipDeviceSynchronize(), std::string("running ") + kernel.name);
+
+    int exit_code = kSuccess;
+    if (!o.skip_checks) {
+        const BwdParams& b = grads.params;
+        DeviceBuffer dq(2 * q_bytes), dk(2 * kv_bytes), dv(2 * kv_bytes);
+        check(reference_backward(b, p.dtype, dq.get<float>(), dk.get<float>(), dv.get<float>()), "running the reference backward");
+        const Tolerance tol = backward_tolerance(p.dtype);
+        const struct {
+            const char* label;
+            FwdParams view;
+            const DeviceBuffer& reference;
+        } grads_checked[] = {
+            {"Checks dQ.....", gradient_view(b, b.dq, b.dq_strides, p.heads_q, p.seqlen_q, b.seqlens_q), dq},
+            {"Checks dK.....", gradient_view(b, b.dk, b.dk_strides, p.heads_kv, p.seqlen_kv, b.seqlens_kv), dk},
+            {"Checks dV.....", gradient_view(b, b.dv, b.dv_strides, p.heads_kv, p.seqlen_kv, b.seqlens_kv), dv},
+        };
+        for (const auto& g : grads_checked) {
+            CompareResult result;
+            check(compare_with_reference(g.view, p.dtype, g.reference.get<float>(), tol, &result), "comparing a gradient");
+            if (!print_check(g.label, result, tol, g.view)) exit_code = kChecksFailed;
+        }
+    }
+
+    for (int i = 0; i < o.warm_up_runs; ++i) check(kernel.launch(grads.params, nullptr), std::string("launching ") + kernel.name);
+    const double ms = device_ms(std::string("running ") + kernel.name, [&] {
+                          for (int i = 0; i < o.runs; ++i) check(kernel.launch(grads.params, nullptr), std::string("launching ") + kernel.name);
+                      }) / o.runs;
+    const double flops = 2.5 * flop_count(p, lens);  // FlashAttention's count: the backward is 2.5 forwards
+    printf("Elapsed ......: %.3f us (backward), %.3f Tflop/s\n", ms * 1e3, flops / ms / 1e9);
+    printf("Average.......: %.6f ms over %d runs (%d warm-up), %.1f iterations/s\n", ms, o.runs, o.warm_up_runs, 1e3 / ms);
+    return exit_code;
+}
+
 int run(const Options& o) {
     Problem p = o.problem;
     if (const auto errors = p.validate(); !errors.empty()) {
@@ -320,6 +402,7 @@ int run(const Options& o) {
         reason = selection.reason;
     }
     const std::string name = kernel->name;
+    if (o.backward) return run_backward(o, p, device, *kernel);
 
     const SeqLens lens = draw_lengths(o);
     if (p.layout == Layout::packed) {

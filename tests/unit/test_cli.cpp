@@ -65,6 +65,16 @@ TEST(Cli, RunOptions) {
     EXPECT_EQ(o.min_seqlen, 3);
     EXPECT_FALSE(o.lse);
     EXPECT_TRUE(parse({"-lse"}).options.lse);
+    EXPECT_FALSE(o.backward);
+}
+
+TEST(Cli, BackwardMode) {
+    const ParsedCli bwd = parse({"-bwd", "-d", "128", "-causal-mask", "-gqa", "4"});
+    EXPECT_TRUE(bwd.errors.empty());
+    EXPECT_TRUE(bwd.options.backward);
+    // -bwd picks its own kernel and saves no tensors yet: said, not ignored.
+    EXPECT_FALSE(parse({"-bwd", "-kernel", "fmha_bwd_fp16_d128_gqa_causal_mmabwd_sm90"}).errors.empty());
+    EXPECT_FALSE(parse({"-bwd", "-save-tensors", "/tmp/x"}).errors.empty());
 }
 
 TEST(Cli, ServingOptions) {
@@ -136,7 +146,7 @@ TEST(Cli, UsageMentionsEveryFlag) {
     for (const char* flag : {"-b ", "-h ", "-d ", "-s ", "-s-q", "-min-s", "-gqa", "-mqa", "-fp16", "-bf16", "-causal-mask",
                              "-sliding-window-size", "-runs", "-warm-up-runs", "-scale-bmm1", "-skip-checks", "-v ", "-list",
                              "-kernel", "-save-tensors", "-layout", "bottom-right", "-softcapping-scale-bmm1", "-alibi",
-                             "-paged-kv", "-page-size"})
+                             "-paged-kv", "-page-size", "-bwd"})
         EXPECT_NE(text.find(flag), std::string::npos) << flag;
 }
 

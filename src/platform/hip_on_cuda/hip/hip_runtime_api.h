@@ -76,6 +76,7 @@ inline hipError_t hipRuntimeGetVersion(int* version) { return cudaRuntimeGetVers
 inline hipError_t hipGetDevice(int* device) { return cudaGetDevice(device); }
 inline hipError_t hipSetDevice(int device) { return cudaSetDevice(device); }
 inline hipError_t hipDeviceSynchronize() { return cudaDeviceSynchronize(); }
+inline hipError_t hipStreamSynchronize(hipStream_t stream) { return cudaStreamSynchronize(stream); }
 inline hipError_t hipMemGetInfo(size_t* free, size_t* total) { return cudaMemGetInfo(free, total); }
 inline hipError_t hipMalloc(void** ptr, size_t bytes) { return cudaMalloc(ptr, bytes); }
 inline hipError_t hipFree(void* ptr) { return cudaFree(ptr); }
