@@ -3,8 +3,8 @@
 - the generator's tests (generator/tests);
 - every GoogleTest case of the unit, GPU and C ABI binaries, one pytest item each;
 - fmha.exe: bad input (no GPU needed) and a matrix of shapes checked against the reference (GPU);
-- the MFMA prefill loop and the mma.sync backward emulated on the host (tests/emulation; Clang 15
-  or later);
+- the MFMA prefill loop, the mma.sync backward and the KV-cache append emulated on the host
+  (tests/emulation; Clang 15 or later);
 - the Python package (tests/python): its binding of libfmha.so, and its API with PyTorch.
 
 The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
@@ -181,6 +181,12 @@ def test_the_mma_sync_backward_matches_the_reference_in_host_emulation(tmp_path)
     """The backward family's kernels (preprocess, the mma.sync main loop, convert) run on the host:
     each lane a thread, mma.sync and ldmatrix from the documented layouts; dq, dk, dv against fp64."""
     _run_emulation(tmp_path, "mma_sync_backward")
+
+
+def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):
+    """The KV-cache append with rotary (kernels/kv_append.h) run on the host against fp64: every
+    cache layout, both pairings, refused overflows and table entries, the rest left as it was."""
+    _run_emulation(tmp_path, "kv_append")
 
 
 # ---------------------------------------------------------------- fmha.exe without a GPU

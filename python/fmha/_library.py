@@ -47,6 +47,24 @@ TENSORS = struct.Struct("@4P12q5P2i2P")
 BWD_TENSORS = struct.Struct("@8P24q4P")
 
 
+class KvAppend(ctypes.Structure):
+    """fmha_kv_append: flash_attn_with_kvcache's append of new keys and values, with rotary."""
+    _fields_ = [(name, _c_int32) for name in (
+        "dtype", "device", "batch", "seqlen_new", "heads_kv", "head_dim", "capacity", "cache_rows", "page_size",
+        "max_pages_per_seq", "seqlen_fixed", "rotary_dim", "rotary_interleaved", "seqlen_ro", "seqlen_q", "heads_q",
+        "q_per_row")] + [("k_new", _ptr), ("v_new", _ptr), ("k_cache", _ptr), ("v_cache", _ptr)] + [
+        (f"{name}_{dim}_stride", _c_int64) for name in ("k_new", "v_new", "k_cache", "v_cache")
+        for dim in ("batch", "head", "row")] + [
+        (name, _ptr) for name in ("cache_seqlens", "cache_batch_idx", "block_table", "rotary_cos", "rotary_sin", "q",
+                                  "q_out")] + [
+        (f"{name}_{dim}_stride", _c_int64) for name in ("q", "q_out") for dim in ("batch", "head", "row")] + [
+        ("seqlens_out", _ptr), ("error", _ptr)]
+
+
+# Bits of fmha_kv_append.error: a sequence's tokens passed the capacity; an index named no row or page.
+APPEND_OVERFLOW, APPEND_BAD_INDEX = 1, 2
+
+
 class Plan(ctypes.Structure):
     """fmha_plan: the chosen kernel, its device and the workspace bytes its launch needs."""
     _fields_ = [("kernel", _c_int32), ("device", _c_int32), ("workspace_bytes", ctypes.c_uint64)]
@@ -116,6 +134,13 @@ class Library:
             self.launch_backward = lib["fmha_backward"]
             self.launch_backward.restype = ctypes.c_int
             self.launch_backward.argtypes = [_ptr, _ptr, ctypes.c_char_p, _ptr, ctypes.c_uint64, _ptr]
+        # The append (added beside the forward, so the ABI version stayed): without it, fmha's
+        # flash_attn_with_kvcache appends with PyTorch ops.
+        self.has_append = hasattr(lib, "fmha_append_kv")
+        if self.has_append:
+            self.append_kv = lib["fmha_append_kv"]
+            self.append_kv.restype = ctypes.c_int
+            self.append_kv.argtypes = [_ptr, _ptr]  # address of a KvAppend, stream
         # The launch itself, called directly on the hot path, typed for the cheapest conversions:
         # launch(address of a Plan, address of a Problem, TENSORS bytes, workspace, workspace_bytes,
         # stream) -> status. (lib["..."] is a second function object: lib.fmha_forward keeps its types.)

@@ -2,7 +2,7 @@
 GQA/MQA from the head counts, causal masks bottom-right aligned, LSE in natural log."""
 import torch
 
-from . import _catalogue, _checks, _fastpath, backends
+from . import _append, _catalogue, _checks, _fastpath, backends
 from ._ops import attention
 
 
@@ -144,27 +144,6 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return out, lse[sequence, :, position].transpose(0, 1).contiguous()
 
 
-def _append(k_cache, v_cache, k, v, starts, capacity, block_table, cache_batch_idx):
-    """Writes the new keys and values k, v [batch, new, heads_kv, d] into the cache after each
-    sequence's `starts` (an int, or int32 [batch]): through the block table where paged, into
-    cache row cache_batch_idx[b] (else b) otherwise. Positions are at most capacity - 1: checked
-    by the caller, except while a CUDA graph is captured or torch.compile traces, where nothing
-    can be checked and a position past the capacity is written to the last slot instead."""
-    batch, appended = k.shape[0], k.shape[1]
-    positions = torch.arange(appended, device=k.device)
-    positions = (positions + starts if isinstance(starts, int) else starts.long().unsqueeze(1) + positions)
-    positions = positions.expand(batch, appended).clamp(max=capacity - 1)
-    if block_table is not None:
-        page_size = k_cache.shape[1]
-        rows, positions = block_table.long().gather(1, positions // page_size), positions % page_size
-    elif cache_batch_idx is not None:
-        rows = cache_batch_idx.long().unsqueeze(1)
-    else:
-        rows = torch.arange(batch, device=k.device).unsqueeze(1)
-    k_cache[rows, positions] = k
-    v_cache[rows, positions] = v
-
-
 def _left_padded_lengths(cache_leftpad, ends):
     """Each sequence's key count, ends (an int, or int32 [batch]) less its left padding; the
     padding is checked (0 <= leftpad <= end) where a host check may run."""
@@ -184,30 +163,22 @@ def _shifted_left(cache, cache_leftpad):
     return cache.gather(1, rows[:, :, None, None].expand(-1, -1, *cache.shape[2:]))
 
 
-# Per device, an int32 flag that appends captured in a CUDA graph set when a position passed the
-# capacity (nothing can raise there); the next append that can check reports it and clears it.
-_overflowed = {}
-
-
 def _check_append(cache_seqlens, appended, capacity):
     """Raises a ValueError where cache_seqlens (int32 [batch]) + appended passes the capacity, before
-    anything is written: one device-to-host copy. While a CUDA graph is captured, sets the device's
-    flag instead (in the graph: at each replay), which the next such check reports; while
-    torch.compile traces, nothing (positions past the capacity go to the last slot)."""
-    flag = _overflowed.get(cache_seqlens.device)
-    if _host_checks_allowed(cache_seqlens):
-        if flag is None:  # made outside capture: a flag made in a graph would be zeroed at each replay
-            flag = _overflowed[cache_seqlens.device] = torch.zeros((), dtype=torch.int32, device=cache_seqlens.device)
-        lowest, highest, earlier = torch.stack([cache_seqlens.min(), cache_seqlens.max(), flag]).tolist()
-        if earlier:
-            flag.zero_()
-            raise ValueError("an append captured in a CUDA graph went past the cache's capacity at a replay (those "
-                             "tokens were written to the last slot): keep cache_seqlens + new tokens <= capacity")
-        if lowest < 0 or highest + appended > capacity:
-            raise ValueError(f"cache_seqlens + new tokens ({appended}) must be in [0, capacity {capacity}]: "
-                             f"cache_seqlens range from {lowest} to {highest}; nothing was written")
-    elif flag is not None and not torch.compiler.is_compiling():
-        flag.bitwise_or_(((cache_seqlens.max() + appended > capacity) | (cache_seqlens.min() < 0)).int())
+    anything is written, or where an earlier append that could not raise was refused (its flag,
+    fmha._append, is then cleared): one device-to-host copy. While a CUDA graph is captured or
+    torch.compile traces, nothing: the append itself refuses what passes the capacity and sets
+    the flag that the next call here reports."""
+    if not _host_checks_allowed(cache_seqlens):
+        return
+    flag = _append.error_flag(cache_seqlens.device)  # made outside capture (fmha._append.error_flag)
+    lowest, highest, earlier = torch.stack([cache_seqlens.min(), cache_seqlens.max(), flag]).tolist()
+    if earlier:
+        flag.zero_()
+        raise ValueError(_append.refusal_message(earlier))
+    if lowest < 0 or highest + appended > capacity:
+        raise ValueError(f"cache_seqlens + new tokens ({appended}) must be in [0, capacity {capacity}]: "
+                         f"cache_seqlens range from {lowest} to {highest}; nothing was written")
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -230,13 +201,23 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     start at cache position cache_leftpad[b] (FlashAttention's left padding; not with block_table):
     its keys are [cache_leftpad[b], cache_seqlens[b] + seqlen_new), read from a copy shifted left.
 
-    cache_seqlens + seqlen_new past the capacity raises a ValueError: for a tensor this costs one
-    device-to-host copy, skipped while a CUDA graph is captured or torch.compile traces. There a
-    write past the capacity goes to the last slot; a captured one also sets a flag on the device
-    that the next eager call with new tokens reports as a ValueError.
+    rotary_cos, rotary_sin ([seqlen_ro, rotary_dim / 2] in q's dtype, seqlen_ro >= the capacity,
+    rotary_dim <= head_dim; with k and v only): FlashAttention's rotary embedding of the new keys
+    before they are written and of the queries (q itself is left as it is). Pairs of features
+    (2i, 2i + 1) where rotary_interleaved, else (i, i + rotary_dim / 2) (GPT-NeoX); features past
+    rotary_dim are kept. New key j of sequence b turns by row cache_seqlens[b] + j of the tables
+    (an absolute cache position: cache_leftpad does not shift it); query row i by row
+    cache_seqlens[b] + i where attention is causal or local (a window side below the capacity),
+    else every row by row cache_seqlens[b] (FlashAttention 2's rule). Computed in fp32.
+
+    The append (and rotary) is one kernel launch on CUDA float16/bfloat16 tensors (rotary_dim a
+    multiple of 16), else PyTorch ops. cache_seqlens + seqlen_new past the capacity raises a
+    ValueError before anything is written: for a tensor this costs one device-to-host copy,
+    skipped while a CUDA graph is captured or torch.compile traces. There the append writes none
+    of such a sequence's new tokens (nor tokens whose cache row or page is outside the cache) and
+    sets a flag on the device that the next eager call with new tokens and tensor lengths reports
+    as a ValueError; the attention then reads at most the capacity.
     """
-    if rotary_cos is not None or rotary_sin is not None:
-        raise NotImplementedError("flash_attn_with_kvcache: rotary_cos, rotary_sin not supported by fmha yet")
     for name, given in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
         if block_table is not None and given is not None:
             raise ValueError(f"{name} cannot be combined with block_table (as in FlashAttention): the block "
@@ -244,8 +225,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if cache_leftpad is not None and cache_seqlens is None:
         raise ValueError("cache_leftpad needs cache_seqlens: each sequence's keys run from its left padding to its length")
     key = None  # a decode step without new keys: the fast path's kind of call
-    if (k is None and v is None and cache_batch_idx is None and cache_leftpad is None and
-            (cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor))):
+    if (k is None and v is None and cache_batch_idx is None and cache_leftpad is None and rotary_cos is None and
+            rotary_sin is None and (cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor))):
         tensors = (q, k_cache, v_cache, cache_seqlens, block_table, alibi_slopes)
         key, result = _fastpath.run("flash_attn_with_kvcache", tensors, (softmax_scale, causal, softcap, window_size),
                                     cache_seqlens, return_softmax_lse, alibi_slopes, block_table)
@@ -283,6 +264,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     left, right = _checks.window(window_size, causal)
     softcap = _checks.softcap(softcap)
     _checks.alibi_slopes(alibi_slopes, batch, q.shape[2], q.device)
+    rotary = _append.rotary(rotary_cos, rotary_sin, rotary_interleaved, q, k, capacity, causal, (left, right))
 
     seqlens_kv = None
     if cache_seqlens is None:
@@ -295,15 +277,20 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     else:
         _checks.lengths("cache_seqlens", cache_seqlens, batch, q.device)
         keys = capacity
-        seqlens_kv = cache_seqlens
         if appended:
             _check_append(cache_seqlens, appended, capacity)
-            seqlens_kv = cache_seqlens + appended
-        seqlens_kv = seqlens_kv.contiguous()
+        else:
+            seqlens_kv = cache_seqlens.contiguous()
     if cache_leftpad is not None:  # checked before anything is written
-        seqlens_kv = _left_padded_lengths(cache_leftpad, keys if seqlens_kv is None else seqlens_kv)
-    if appended:
-        _append(k_cache, v_cache, k, v, cache_seqlens, capacity, block_table, cache_batch_idx)
+        ends = cache_seqlens + appended if isinstance(cache_seqlens, torch.Tensor) else keys
+        padded_lengths = _left_padded_lengths(cache_leftpad, ends)
+    if appended:  # the key counts come with it where they are per sequence (fmha._append)
+        q, written = _append.append(q, k_cache, v_cache, k, v, cache_seqlens, capacity, block_table, cache_batch_idx,
+                                    rotary, lengths=isinstance(cache_seqlens, torch.Tensor) and cache_leftpad is None)
+        if written is not None:
+            seqlens_kv = written
+    if cache_leftpad is not None:
+        seqlens_kv = padded_lengths
 
     if paged:
         needs_grad = torch.is_grad_enabled() and q.requires_grad

@@ -14,6 +14,7 @@
 
 #include "fmha/heuristics.h"
 #include "fmha/kernel_table.h"
+#include "fmha/kv_append.h"
 #include "fmha/problem.h"
 #include "platform/device.h"
 
@@ -23,6 +24,9 @@ static_assert(sizeof(fmha_tensors) == 192 && offsetof(fmha_tensors, seqlens_q) =
                   offsetof(fmha_tensors, cu_seqlens_q) == 152 && offsetof(fmha_tensors, alibi_slopes) == 176,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
 static_assert(sizeof(fmha_bwd_tensors) == 288 && offsetof(fmha_bwd_tensors, seqlens_q) == 256,
+              "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_kv_append) == 320 && offsetof(fmha_kv_append, k_new) == 72 &&
+                  offsetof(fmha_kv_append, cache_seqlens) == 200 && offsetof(fmha_kv_append, seqlens_out) == 304,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
 
 namespace fmha {
@@ -226,6 +230,107 @@ fmha_status launch_entry(const Entry& entry, const Params& params, int device, v
     return FMHA_OK;
 }
 
+// The sizes, pointers and strides of an append (fmha_append_kv), before any device is asked.
+fmha_status check_append(const fmha_kv_append* a) {
+    if (!a) return fail(FMHA_INVALID_ARGUMENT, "args is NULL");
+    std::vector<std::string> invalid;
+    if (a->dtype != FMHA_FP16 && a->dtype != FMHA_BF16)
+        invalid.push_back("dtype must be FMHA_FP16 (0) or FMHA_BF16 (1), got " + std::to_string(a->dtype));
+    const std::pair<const char*, int32_t> positive[] = {{"batch", a->batch},       {"seqlen_new", a->seqlen_new},
+                                                        {"heads_kv", a->heads_kv}, {"head_dim", a->head_dim},
+                                                        {"capacity", a->capacity}, {"cache_rows", a->cache_rows}};
+    for (const auto& [name, value] : positive)
+        if (value <= 0) invalid.push_back(std::string(name) + " must be positive (got " + std::to_string(value) + ")");
+    if (a->head_dim % 8) invalid.push_back("head_dim must be a multiple of 8 (got " + std::to_string(a->head_dim) + ")");
+    if (a->page_size < 0) invalid.push_back("page_size must be >= 0 (0: not paged)");
+    if (a->page_size > 0) {
+        if (!a->block_table) invalid.push_back("page_size > 0 needs block_table");
+        if (a->cache_batch_idx) invalid.push_back("cache_batch_idx cannot be combined with block_table");
+        if (a->max_pages_per_seq <= 0 || int64_t(a->max_pages_per_seq) * a->page_size < a->capacity)
+            invalid.push_back("max_pages_per_seq (" + std::to_string(a->max_pages_per_seq) + ") pages of " +
+                              std::to_string(a->page_size) + " must hold capacity " + std::to_string(a->capacity));
+    } else if (a->block_table) {
+        invalid.push_back("block_table is given but page_size is 0");
+    }
+    if (!a->cache_seqlens && (a->seqlen_fixed < 0 || int64_t(a->seqlen_fixed) + a->seqlen_new > a->capacity))
+        invalid.push_back("seqlen_fixed (" + std::to_string(a->seqlen_fixed) + ") + seqlen_new (" +
+                          std::to_string(a->seqlen_new) + ") must be in [0, capacity " + std::to_string(a->capacity) + "]");
+    if (a->rotary_dim != 0) {
+        if (a->rotary_dim < 0 || a->rotary_dim % 16 || a->rotary_dim > a->head_dim)
+            invalid.push_back("rotary_dim must be 0 or a multiple of 16 up to head_dim " + std::to_string(a->head_dim) +
+                              " (got " + std::to_string(a->rotary_dim) + ")");
+        if (a->seqlen_ro < a->capacity)
+            invalid.push_back("seqlen_ro (" + std::to_string(a->seqlen_ro) + ") must be at least capacity " +
+                              std::to_string(a->capacity) + ": every position of the cache has a row of cos and sin");
+        if (!a->rotary_cos || !a->rotary_sin) invalid.push_back("rotary_dim > 0 needs rotary_cos and rotary_sin");
+        if ((reinterpret_cast<uintptr_t>(a->rotary_cos) | reinterpret_cast<uintptr_t>(a->rotary_sin)) % 16)
+            invalid.push_back("rotary_cos and rotary_sin must be 16-byte aligned");
+    }
+    if (a->q) {
+        if (a->rotary_dim == 0) invalid.push_back("q is given but rotary_dim is 0: only rotated queries are written");
+        if (a->seqlen_q <= 0 || a->heads_q <= 0)
+            invalid.push_back("seqlen_q and heads_q must be positive with q (got " + std::to_string(a->seqlen_q) + ", " +
+                              std::to_string(a->heads_q) + ")");
+    }
+    if (!a->error) invalid.push_back("error is NULL: the kernel reports refused tokens there");
+    for (const void* p : {static_cast<const void*>(a->error), static_cast<const void*>(a->seqlens_out),
+                          static_cast<const void*>(a->cache_seqlens), static_cast<const void*>(a->cache_batch_idx),
+                          static_cast<const void*>(a->block_table)})
+        if (reinterpret_cast<uintptr_t>(p) % 4) invalid.push_back("the int32 pointers must be 4-byte aligned");
+    if (int64_t(a->batch) * (int64_t(a->seqlen_new) + a->seqlen_q) > 0x7fffffff)
+        invalid.push_back("batch x (seqlen_new + seqlen_q) must be below 2^31 (one block each)");
+    std::string errors;
+    for (const std::string& error : invalid)
+        if (errors.find(error) == std::string::npos) errors += (errors.empty() ? "" : "; ") + error;
+    if (!errors.empty()) return fail(FMHA_INVALID_ARGUMENT, "invalid append: " + errors);
+    fmha_status checked = check_tensor("k_new", a->k_new, a->k_new_strides);  // the first misfit names itself
+    if (checked == FMHA_OK) checked = check_tensor("v_new", a->v_new, a->v_new_strides);
+    if (checked == FMHA_OK) checked = check_tensor("k_cache", a->k_cache, a->k_cache_strides);
+    if (checked == FMHA_OK) checked = check_tensor("v_cache", a->v_cache, a->v_cache_strides);
+    if (checked == FMHA_OK && a->q) checked = check_tensor("q", a->q, a->q_strides);
+    if (checked == FMHA_OK && a->q) checked = check_tensor("q_out", a->q_out, a->q_out_strides);
+    return checked;
+}
+
+KvAppendParams append_params(const fmha_kv_append& a) {
+    KvAppendParams p{};
+    p.k_new = a.k_new;
+    p.v_new = a.v_new;
+    p.k_new_strides = to_strides(a.k_new_strides);
+    p.v_new_strides = to_strides(a.v_new_strides);
+    p.k_cache = a.k_cache;
+    p.v_cache = a.v_cache;
+    p.k_cache_strides = to_strides(a.k_cache_strides);
+    p.v_cache_strides = to_strides(a.v_cache_strides);
+    p.batch = a.batch;
+    p.seqlen_new = a.seqlen_new;
+    p.heads_kv = a.heads_kv;
+    p.head_dim = a.head_dim;
+    p.capacity = a.capacity;
+    p.cache_rows = a.cache_rows;
+    p.cache_batch_idx = a.cache_batch_idx;
+    p.block_table = a.block_table;
+    p.page_size = a.page_size;
+    p.max_pages_per_seq = a.max_pages_per_seq;
+    p.cache_seqlens = a.cache_seqlens;
+    p.seqlen_fixed = a.seqlen_fixed;
+    p.rotary_dim = a.rotary_dim;
+    p.interleaved = a.rotary_interleaved != 0;
+    p.seqlen_ro = a.seqlen_ro;
+    p.rotary_cos = a.rotary_cos;
+    p.rotary_sin = a.rotary_sin;
+    p.q = a.q;
+    p.q_out = a.q_out;
+    p.q_strides = to_strides(a.q_strides);
+    p.q_out_strides = to_strides(a.q_out_strides);
+    p.seqlen_q = a.q ? a.seqlen_q : 0;
+    p.heads_q = a.heads_q;
+    p.q_per_row = a.q_per_row != 0;
+    p.seqlens_out = a.seqlens_out;
+    p.error = a.error;
+    return p;
+}
+
 }  // namespace
 }  // namespace fmha
 
@@ -392,6 +497,20 @@ fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, co
         params.workspace_bytes = workspace_bytes;
 
         return launch_entry(entry, params, plan->device, stream);
+    });
+}
+
+fmha_status fmha_append_kv(const fmha_kv_append* args, void* stream) {
+    return guarded([&] {
+        if (const fmha_status status = check_append(args); status != FMHA_OK) return status;
+        Arch arch;  // the device must be one this build's kernels are for
+        if (const fmha_status status = catalogue_arch(args->device, &arch); status != FMHA_OK) return status;
+        const DeviceScope scope(args->device);
+        const DType dtype = args->dtype == FMHA_BF16 ? DType::bf16 : DType::fp16;
+        if (const hipError_t err = launch_kv_append(append_params(*args), dtype, static_cast<hipStream_t>(stream));
+            err != hipSuccess)
+            return fail(FMHA_RUNTIME_ERROR, std::string("launching the KV-cache append: ") + hipGetErrorString(err));
+        return FMHA_OK;
     });
 }
 

@@ -152,6 +152,53 @@ fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, co
 int32_t fmha_bwd_kernel_count(void);
 const char* fmha_bwd_kernel_name(int32_t kernel);
 
+/* flash_attn_with_kvcache's append (added beside the forward's, so the ABI version stayed): new
+ * keys and values written into a KV cache at each sequence's length, the keys and the queries
+ * rotated as FlashAttention rotates them, in one launch. Sizes are elements; tensors
+ * [batch, seq, heads, head_dim] by fmha_strides (16-byte aligned, strides multiples of 8). */
+typedef struct fmha_kv_append {
+    int32_t dtype;  /* fmha_dtype */
+    int32_t device; /* the GPU the pointers are on; the launch goes to `stream` of it */
+    int32_t batch, seqlen_new, heads_kv, head_dim;
+    /* The cache holds `capacity` keys per sequence: k_cache, v_cache [cache_rows, capacity, heads_kv,
+     * head_dim], sequence b in row cache_batch_idx[b] (NULL: b); or, with page_size > 0, pages
+     * [cache_rows, page_size, heads_kv, head_dim] through block_table (int32 [batch,
+     * max_pages_per_seq], FlashAttention's), capacity at most max_pages_per_seq * page_size.
+     * Their strides' batch field steps between rows or pages. */
+    int32_t capacity, cache_rows, page_size, max_pages_per_seq;
+    int32_t seqlen_fixed; /* where cache_seqlens is NULL: every sequence's filled length */
+    /* Rotary embedding (0: none): a multiple of 16, at most head_dim; cos and sin [seqlen_ro,
+     * rotary_dim / 2] contiguous in the tensors' dtype, seqlen_ro >= capacity. New key j of
+     * sequence b turns by angle row cache_seqlens[b] + j; query row i by row cache_seqlens[b] + i
+     * where q_per_row (FlashAttention does so for causal or local attention), else cache_seqlens[b].
+     * rotary_interleaved: pairs (2i, 2i + 1), else (i, i + rotary_dim / 2). */
+    int32_t rotary_dim, rotary_interleaved, seqlen_ro;
+    int32_t seqlen_q, heads_q, q_per_row; /* q's sizes (q given: rotated into q_out) */
+    const void* k_new;
+    const void* v_new;
+    void* k_cache;
+    void* v_cache;
+    fmha_strides k_new_strides, v_new_strides, k_cache_strides, v_cache_strides;
+    const int32_t* cache_seqlens; /* int32 [batch] in device memory, or NULL (seqlen_fixed) */
+    const int32_t* cache_batch_idx;
+    const int32_t* block_table;
+    const void* rotary_cos;
+    const void* rotary_sin;
+    const void* q; /* NULL: no query to rotate */
+    void* q_out;
+    fmha_strides q_strides, q_out_strides;
+    int32_t* seqlens_out; /* NULL, or int32 [batch]: cache_seqlens + seqlen_new clamped to [0, capacity] */
+    /* int32 in device memory (required): the launch ORs in 1 where a sequence's tokens would pass
+     * the capacity (or its length is negative), 2 where cache_batch_idx or a block_table entry
+     * names no row or page of the cache; those tokens are not written. Never cleared here. */
+    int32_t* error;
+} fmha_kv_append;
+
+/* The append of `args` on `stream` (NULL: the default stream) of args->device; asynchronous.
+ * The sizes, pointers and strides are checked first (FMHA_INVALID_ARGUMENT names the field);
+ * the lengths, indices and table entries in device memory are checked by the kernel (error). */
+fmha_status fmha_append_kv(const fmha_kv_append* args, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

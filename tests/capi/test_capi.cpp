@@ -249,6 +249,64 @@ TEST(CApi, BackwardRejectsBadPlansAndTensors) {
     EXPECT_EQ(fmha_plan_backward(&packed, 0, &plan, nullptr, 0) == FMHA_OK, false);
 }
 
+// A valid append of 2 sequences, 1 new token, 2 KV heads of 128 into a cache of 64 (never launched here).
+fmha_kv_append valid_append() {
+    alignas(16) static char buffer[64];
+    fmha_kv_append a{};
+    a.dtype = FMHA_BF16;
+    a.batch = 2, a.seqlen_new = 1, a.heads_kv = 2, a.head_dim = 128;
+    a.capacity = 64, a.cache_rows = 2;
+    a.k_new = a.v_new = buffer;
+    a.k_cache = a.v_cache = buffer;
+    a.k_new_strides = a.v_new_strides = {2 * 128, 128, 2 * 128};
+    a.k_cache_strides = a.v_cache_strides = {64 * 2 * 128, 128, 2 * 128};
+    a.cache_seqlens = reinterpret_cast<const int32_t*>(buffer);
+    a.error = reinterpret_cast<int32_t*>(buffer);
+    return a;
+}
+
+// Every misfit is named before any device is asked (device -1 would fail next).
+TEST(CApi, AppendChecksItsArguments) {
+    EXPECT_EQ(fmha_append_kv(nullptr, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "args is NULL");
+    const std::pair<void (*)(fmha_kv_append&), const char*> cases[] = {
+        {[](fmha_kv_append& a) { a.dtype = 5; }, "dtype must be FMHA_FP16 (0) or FMHA_BF16 (1), got 5"},
+        {[](fmha_kv_append& a) { a.seqlen_new = 0; }, "seqlen_new must be positive (got 0)"},
+        {[](fmha_kv_append& a) { a.head_dim = 60; }, "head_dim must be a multiple of 8 (got 60)"},
+        {[](fmha_kv_append& a) { a.error = nullptr; }, "error is NULL"},
+        {[](fmha_kv_append& a) { a.cache_seqlens = nullptr, a.seqlen_fixed = 64; },
+         "seqlen_fixed (64) + seqlen_new (1) must be in [0, capacity 64]"},
+        {[](fmha_kv_append& a) { a.page_size = 16; }, "page_size > 0 needs block_table"},
+        {[](fmha_kv_append& a) { a.page_size = 16, a.block_table = a.cache_seqlens, a.max_pages_per_seq = 3; },
+         "max_pages_per_seq (3) pages of 16 must hold capacity 64"},
+        {[](fmha_kv_append& a) { a.block_table = a.cache_seqlens; }, "block_table is given but page_size is 0"},
+        {[](fmha_kv_append& a) { a.rotary_dim = 24, a.seqlen_ro = 64, a.rotary_cos = a.rotary_sin = a.k_new; },
+         "rotary_dim must be 0 or a multiple of 16 up to head_dim 128 (got 24)"},
+        {[](fmha_kv_append& a) { a.rotary_dim = 64, a.seqlen_ro = 63, a.rotary_cos = a.rotary_sin = a.k_new; },
+         "seqlen_ro (63) must be at least capacity 64"},
+        {[](fmha_kv_append& a) { a.rotary_dim = 64, a.seqlen_ro = 64; }, "rotary_dim > 0 needs rotary_cos and rotary_sin"},
+        {[](fmha_kv_append& a) { a.q = a.k_new; }, "q is given but rotary_dim is 0"},
+        {[](fmha_kv_append& a) { a.k_cache_strides.row = 4; }, "tensors.k_cache_strides (16384, 128, 4) must be"},
+        {[](fmha_kv_append& a) { a.v_new = static_cast<const char*>(a.v_new) + 8; }, "tensors.v_new is not 16-byte aligned"},
+        {[](fmha_kv_append& a) {
+             a.rotary_dim = 64, a.seqlen_ro = 64, a.rotary_cos = a.rotary_sin = a.k_new, a.q = a.k_new, a.seqlen_q = 1;
+             a.heads_q = 8, a.q_strides = {8 * 128, 128, 8 * 128};
+         },
+         "tensors.q_out is NULL"},
+    };
+    for (const auto& [change, message] : cases) {
+        fmha_kv_append a = valid_append();
+        a.device = -1;
+        change(a);
+        EXPECT_EQ(fmha_append_kv(&a, nullptr), FMHA_INVALID_ARGUMENT) << message;
+        EXPECT_NE(error().find(message), std::string::npos) << error();
+    }
+    fmha_kv_append a = valid_append();
+    a.device = -1;  // valid arguments: only the device is wrong
+    EXPECT_EQ(fmha_append_kv(&a, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "device must be non-negative, got -1");
+}
+
 TEST(CApi, LastErrorIsPerThread) {
     fmha_problem p = valid_problem();
     p.batch = -1;

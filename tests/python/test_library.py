@@ -73,6 +73,21 @@ def test_python_binding_reports_errors():
         assert library.kernel_name(plan.kernel).startswith("fmha_fwd_fp16_d128_") and "family" in reason
 
 
+def test_python_binding_of_the_append_reaches_its_checks():
+    """fmha_kv_append as ctypes lays it out (fmha_capi.cpp asserts the same offsets), and a bad
+    append named by the C checks before any device is asked."""
+    assert ctypes.sizeof(_library.KvAppend) == 320
+    assert (_library.KvAppend.k_new.offset, _library.KvAppend.cache_seqlens.offset,
+            _library.KvAppend.seqlens_out.offset) == (72, 200, 304)
+    library = _load()
+    assert library.has_append
+    args = _library.KvAppend(dtype=_library.BF16, device=-1, batch=2, seqlen_new=1, heads_kv=2, head_dim=60, capacity=64,
+                             cache_rows=2)
+    assert library.append_kv(ctypes.addressof(args), None) == _library.INVALID_ARGUMENT
+    message = library.last_error()
+    assert "head_dim must be a multiple of 8 (got 60)" in message and "error is NULL" in message, message
+
+
 def test_python_binding_names_where_it_looked(monkeypatch, tmp_path):
     monkeypatch.setattr(_library, "_loaded", None)
     monkeypatch.setattr(_library, "_load_error", None)

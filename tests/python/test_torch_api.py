@@ -186,7 +186,7 @@ def test_torch_bad_cu_seqlens_raise():
 def test_torch_kvcache_rejects_what_it_does_not_support():
     api = _api()
     q, cache = torch.zeros(2, 1, 4, 64), torch.zeros(2, 16, 4, 64)
-    with pytest.raises(NotImplementedError, match="rotary_cos, rotary_sin not supported"):
+    with pytest.raises(ValueError, match="rotary_cos and rotary_sin must be given together"):
         api.flash_attn_with_kvcache(q, cache, cache, rotary_cos=q)
     with pytest.raises(ValueError, match="cache_leftpad needs cache_seqlens"):
         api.flash_attn_with_kvcache(q, cache, cache, cache_leftpad=torch.zeros(2, dtype=torch.int32))
@@ -897,9 +897,10 @@ def test_torch_kvcache_overflow_raises_and_writes_nothing(paged):
 
 @needs_torch
 def test_torch_kvcache_overflow_where_nothing_can_check_is_reported_next(monkeypatch):
-    """Under CUDA-graph capture no check can raise: an overflowing append sets the device's flag
-    (writing the last slot), and the next append that can check raises, once. Capture is stood
-    in for by turning the host checks off (the flag's ops are the same on the CPU)."""
+    """Under CUDA-graph capture no check can raise: an overflowing append writes none of that
+    sequence's tokens and sets the device's flag, and the next append that can check raises,
+    once. Capture is stood in for by turning the host checks off (the PyTorch append's flag ops
+    on the CPU; test_torch_kvcache_append_in_a_cuda_graph_refuses_an_overflow has the kernel's)."""
     api = _api()
     from fmha import interface
     torch.manual_seed(16)
@@ -908,10 +909,13 @@ def test_torch_kvcache_overflow_where_nothing_can_check_is_reported_next(monkeyp
     fine, overflowing = torch.tensor([3, 4], dtype=torch.int32), torch.tensor([3, 16], dtype=torch.int32)
     api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=fine)  # eager: makes the flag
     monkeypatch.setattr(interface, "_host_checks_allowed", lambda t: False)
+    before = cache_k.clone()
     api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=overflowing)  # "captured"
-    assert torch.equal(cache_k[1, 15], new[1, 0]), "the overflowing token goes to the last slot"
+    assert torch.equal(cache_k[1], before[1]), "an overflowing sequence's token was written"
+    assert torch.equal(cache_k[0, 3], new[0, 0]), "the sequence that fits was not written"
     monkeypatch.undo()
-    with pytest.raises(ValueError, match="an append captured in a CUDA graph went past the cache's capacity"):
+    with pytest.raises(ValueError, match="an append captured in a CUDA graph .* was refused at a replay: a sequence's "
+                                         "cache_seqlens \\+ new tokens passed the cache's capacity"):
         api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=fine)
     api.flash_attn_with_kvcache(q, cache_k, cache_v, new, new, cache_seqlens=fine)  # reported once
 
@@ -1183,3 +1187,225 @@ def test_torch_paged_decode_in_a_cuda_graph():
         reference, _ = _reference(q, cache_k, cache_v, seqlens_kv=lengths, alibi=slopes)
         pytorch, _ = _reference(q, cache_k, cache_v, seqlens_kv=lengths, alibi=slopes, dtype=q.dtype)
         _assert_flash_rule(out, reference, pytorch, f"replay with lengths {new_lengths}")
+
+
+# ---------------------------------------------------------------- the append: rotary, one launch, overflow
+
+def _rotary_tables(seqlen_ro, rotary_dim, dtype, device):
+    """cos, sin [seqlen_ro, rotary_dim / 2] of random angles (no pattern a wrong pairing would pass)."""
+    angles = torch.rand(seqlen_ro, rotary_dim // 2, device=device, dtype=torch.float64) * 2 * math.pi
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def _turned(x, cos, sin, positions, interleaved):
+    """FlashAttention's rotary embedding, written as complex products in fp64: x [b, s, h, d],
+    positions [b, s]; pairs (2i, 2i + 1) where interleaved, else (i, i + rotary_dim / 2)."""
+    half = cos.shape[1]
+    angle = torch.complex(cos.double(), sin.double())[positions.long()].unsqueeze(2)  # [b, s, 1, half]
+    turning = x[..., :2 * half].double()
+    if interleaved:
+        pairs = torch.view_as_complex(turning.reshape(*turning.shape[:-1], half, 2).contiguous()) * angle
+        turned = torch.view_as_real(pairs).flatten(-2)
+    else:
+        pairs = torch.complex(turning[..., :half], turning[..., half:]) * angle
+        turned = torch.cat((pairs.real, pairs.imag), dim=-1)
+    return torch.cat((turned, x[..., 2 * half:].double()), dim=-1)
+
+
+def _expected_append(cache_k, cache_v, q, new_k, new_v, starts, rotary, causal, rows=None):
+    """FlashAttention's semantics on a contiguous cache [rows, capacity, h, d] (fp64 where rotated):
+    (cache_k, cache_v after the append, the queries attention sees). starts: [batch] ints."""
+    batch, new = new_k.shape[:2]
+    positions = torch.tensor(starts, device=q.device).unsqueeze(1) + torch.arange(new, device=q.device)
+    cache_k, cache_v, q_seen = cache_k.clone(), cache_v.clone(), q.double()
+    if rotary is not None:
+        cos, sin, interleaved = rotary
+        new_k = _turned(new_k, cos, sin, positions, interleaved).to(new_k.dtype)
+        at = torch.tensor(starts, device=q.device).unsqueeze(1) + (torch.arange(q.shape[1], device=q.device) if causal
+                                                                   else torch.zeros(1, dtype=torch.long, device=q.device))
+        q_seen = _turned(q, cos, sin, at.expand(batch, q.shape[1]), interleaved)
+    for b, start in enumerate(starts):
+        row = b if rows is None else rows[b]
+        cache_k[row, start:start + new], cache_v[row, start:start + new] = new_k[b], new_v[b]
+    return cache_k, cache_v, q_seen
+
+
+def _assert_cache(got, expected, what):
+    """Within a rounding of the rotation (the kernel's fp32 against the reference's fp64, each
+    rounded once), NaN only where expected (the pool's unused pages)."""
+    same = (got == expected) | (got.isnan() & expected.isnan())
+    bad = ~(same | torch.isclose(got.double(), expected.double(), rtol=1e-2, atol=1e-2))
+    assert not bad.any(), f"{what}: {int(bad.sum())} elements differ, the first at {bad.nonzero()[0].tolist()}"
+
+
+_APPEND_CASES = [  # layout, seqlen_new, rotary_dim (of d128), interleaved, causal, int lengths, dtype
+    ("contiguous", 1, 128, True, True, False, "bfloat16"),
+    ("contiguous", 3, 64, False, True, False, "float16"),
+    ("contiguous", 16, 32, True, True, True, "bfloat16"),
+    ("contiguous", 5, 128, False, False, False, "float16"),  # queries at one position (not causal)
+    ("batch_idx", 2, 128, False, True, False, "bfloat16"),
+    ("batch_idx", 1, 96, True, False, True, "float16"),
+    ("paged16", 7, 128, True, True, False, "float16"),
+    ("paged64", 16, 64, False, True, False, "bfloat16"),
+    ("paged256", 1, 128, False, True, True, "bfloat16"),
+    ("paged16", 4, 0, False, True, False, "bfloat16"),  # no rotary: the append alone
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", _APPEND_CASES, ids=lambda c: "{}_new{}_rot{}_{}_{}_{}_{}".format(
+    c[0], c[1], c[2], "inter" if c[3] else "neox", "causal" if c[4] else "nomask", "int" if c[5] else "tensor", c[6]))
+def test_torch_kvcache_append_and_rotary_match_flash_attention(case):
+    """New tokens written (rotated) into the cache in one launch, the queries rotated by
+    FlashAttention's rule, and the attention over the result: against a plain PyTorch reference."""
+    layout, new, rotary_dim, interleaved, causal, int_lengths, dtype = case
+    api = _api()
+    from fmha import _append
+    torch.manual_seed(17 + new + rotary_dim)
+    dtype = getattr(torch, dtype)
+    batch, capacity, heads, heads_kv, head_dim = 3, 512, 32, 8, 128
+    rows = 5 if layout == "batch_idx" else batch
+    cache_k, cache_v = (_random(rows, capacity, heads_kv, head_dim, dtype=dtype) for _ in range(2))
+    q = _random(batch, new, heads, head_dim, dtype=dtype)
+    new_k, new_v = (_random(batch, new, heads_kv, head_dim, dtype=dtype) for _ in range(2))
+    starts = [300] * batch if int_lengths else [0, 211, capacity - new]
+    rotary = None
+    options = {}
+    if rotary_dim:
+        cos, sin = _rotary_tables(capacity + 9, rotary_dim, dtype, "cuda")
+        rotary = (cos, sin, interleaved)
+        options = dict(rotary_cos=cos, rotary_sin=sin, rotary_interleaved=interleaved)
+    index = torch.tensor([4, 0, 2], dtype=torch.int32, device="cuda") if layout == "batch_idx" else None
+    expected_k, expected_v, q_seen = _expected_append(cache_k, cache_v, q, new_k, new_v, starts, rotary, causal,
+                                                      None if index is None else index.tolist())
+    q_seen = q_seen.to(dtype)  # the rotated queries, rounded as the kernel stores them (FlashAttention's test too)
+    lengths = starts[0] if int_lengths else torch.tensor(starts, dtype=torch.int32, device="cuda")
+    table = None
+    if layout.startswith("paged"):
+        page_size = int(layout[5:])
+        pages_k, table = _to_pages(cache_k, page_size)
+        pages_v = torch.full_like(pages_k, float("nan"))
+        pages_v[table.long().flatten()] = cache_v.reshape(-1, page_size, heads_kv, head_dim)
+        expected_pages_k, expected_pages_v = pages_k.clone(), pages_v.clone()
+        expected_pages_k[table.long().flatten()] = expected_k.reshape(-1, page_size, heads_kv, head_dim)
+        expected_pages_v[table.long().flatten()] = expected_v.reshape(-1, page_size, heads_kv, head_dim)
+        targets = (pages_k, pages_v, expected_pages_k, expected_pages_v)
+    else:
+        targets = (cache_k, cache_v, expected_k, expected_v)
+    q_before = q.clone()
+    launches = []
+    real_append = _append._append_by_kernel
+    with pytest.MonkeyPatch.context() as patch:  # the append must be the kernel's, not the PyTorch fallback
+        patch.setattr(_append, "_append_by_kernel", lambda *a: launches.append(1) or real_append(*a))
+        patch.setattr(_append, "_append_by_torch", lambda *a: pytest.fail("the append fell back to PyTorch ops"))
+        out, lse = api.flash_attn_with_kvcache(q, targets[0], targets[1], new_k, new_v, cache_seqlens=lengths,
+                                               cache_batch_idx=index, block_table=table, causal=causal,
+                                               return_softmax_lse=True, strict=True, **options)
+    assert launches == [1]
+    assert torch.equal(q, q_before), "q itself was changed"
+    _assert_cache(targets[0], targets[2], "k_cache")
+    assert torch.equal(targets[1].nan_to_num(7.0), targets[3].nan_to_num(7.0)), "v_cache"
+    keys = (expected_k, expected_v) if index is None else (expected_k[index.long()], expected_v[index.long()])
+    seen = [s + new for s in starts]
+    reference, reference_lse = _reference(q_seen, *keys, causal, seqlens_kv=seen)
+    pytorch, _ = _reference(q_seen, *keys, causal, seqlens_kv=seen, dtype=dtype)
+    _assert_flash_rule(out, reference, pytorch)
+    torch.testing.assert_close(lse.double(), reference_lse, atol=2e-3, rtol=1e-3)
+
+
+@needs_torch
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_torch_kvcache_rotary_on_pytorch_ops_matches_flash_attention(interleaved):
+    """The append's PyTorch path (CPU tensors here): the same rule as the kernel, rotary_dim < head_dim."""
+    api = _api()
+    torch.manual_seed(18)
+    cache_k, cache_v = torch.randn(2, 40, 2, 32), torch.randn(2, 40, 2, 32)
+    q, new_k, new_v = torch.randn(2, 3, 4, 32), torch.randn(2, 3, 2, 32), torch.randn(2, 3, 2, 32)
+    cos, sin = _rotary_tables(40, 16, torch.float32, "cpu")
+    starts = [5, 30]
+    for causal in (True, False):
+        expected_k, expected_v, q_seen = _expected_append(cache_k, cache_v, q, new_k, new_v, starts,
+                                                          (cos, sin, interleaved), causal)
+        k_cache, v_cache = cache_k.clone(), cache_v.clone()
+        out = api.flash_attn_with_kvcache(q, k_cache, v_cache, new_k, new_v, cos, sin,
+                                          cache_seqlens=torch.tensor(starts, dtype=torch.int32), causal=causal,
+                                          rotary_interleaved=interleaved)
+        torch.testing.assert_close(k_cache.double(), expected_k.double(), atol=1e-5, rtol=1e-5)
+        assert torch.equal(v_cache, expected_v)
+        reference, _ = _reference(q_seen, expected_k, expected_v, causal, seqlens_kv=[s + 3 for s in starts])
+        torch.testing.assert_close(out.double(), reference, atol=1e-5, rtol=1e-5)
+
+
+@needs_torch
+def test_torch_kvcache_rotary_bad_arguments_raise_naming_them():
+    api = _api()
+    q, cache, new = torch.zeros(2, 1, 4, 64), torch.zeros(2, 16, 2, 64), torch.zeros(2, 1, 2, 64)
+    cos = torch.zeros(16, 16)
+    cases = [
+        (dict(rotary_cos=cos), ValueError, "rotary_cos and rotary_sin must be given together"),
+        (dict(k=None, v=None, rotary_cos=cos, rotary_sin=cos), ValueError, "they need k and v"),
+        (dict(rotary_cos=cos.half(), rotary_sin=cos.half()), TypeError, "rotary_cos must have q's dtype torch.float32"),
+        (dict(rotary_cos=cos[0], rotary_sin=cos[0]), ValueError, "rotary_cos must be 2-D [seqlen_ro, rotary_dim / 2]"),
+        (dict(rotary_cos=cos, rotary_sin=cos[:, :8]), ValueError, "must have one shape"),
+        (dict(rotary_cos=torch.zeros(16, 40), rotary_sin=torch.zeros(16, 40)), ValueError,
+         "rotary_dim (2 x rotary_cos.shape[1] = 80) must be at most head_dim 64"),
+        (dict(rotary_cos=cos[:15], rotary_sin=cos[:15]), ValueError, "seqlen_ro 15 < capacity 16"),
+        (dict(rotary_cos="cos", rotary_sin=cos), TypeError, "rotary_cos must be a torch.Tensor"),
+    ]
+    for options, error, message in cases:
+        arguments = dict(k=new, v=new, cache_seqlens=3) | options
+        with pytest.raises(error) as raised:
+            api.flash_attn_with_kvcache(q, cache, cache.clone(), **arguments)
+        assert message in str(raised.value), raised.value
+
+
+@needs_cuda
+def test_torch_kvcache_append_in_a_cuda_graph_refuses_an_overflow():
+    """An append with rotary captured once and replayed with lengths changed in place: each replay
+    writes the rotated tokens where the lengths say; a replay whose lengths pass the capacity
+    writes nothing of that sequence, and the next eager call raises, once."""
+    api = _api()
+    torch.manual_seed(19)
+    batch, capacity, heads, heads_kv, head_dim, new = 2, 256, 16, 4, 128, 2
+    cache_k, cache_v = _random(batch, capacity, heads_kv, head_dim), _random(batch, capacity, heads_kv, head_dim)
+    pages_k, table = _to_pages(cache_k, 64)
+    pages_v = torch.full_like(pages_k, float("nan"))
+    pages_v[table.long().flatten()] = cache_v.reshape(-1, 64, heads_kv, head_dim)
+    q, new_k, new_v = _random(batch, new, heads, head_dim), _random(batch, new, heads_kv, head_dim), _random(
+        batch, new, heads_kv, head_dim)
+    cos, sin = _rotary_tables(capacity, 64, q.dtype, "cuda")
+    lengths = torch.tensor([10, 100], dtype=torch.int32, device="cuda")
+
+    def step():
+        return api.flash_attn_with_kvcache(q, pages_k, pages_v, new_k, new_v, cos, sin, cache_seqlens=lengths,
+                                           block_table=table, causal=True, rotary_interleaved=False, strict=True)
+
+    graph, out = _capture(step)
+    for starts in ([0, 37], [200, capacity - new], [capacity - 1, 5]):
+        before_k, before_v = _from_pages(pages_k, table), _from_pages(pages_v, table)
+        lengths.copy_(torch.tensor(starts, dtype=torch.int32))
+        for t in (q, new_k, new_v):
+            t.copy_(torch.randn_like(t))
+        graph.replay()
+        torch.cuda.synchronize()
+        fits = [s + new <= capacity for s in starts]
+        expected_k, expected_v, q_seen = _expected_append(before_k, before_v, q, new_k, new_v,
+                                                          [s if f else 0 for s, f in zip(starts, fits)],
+                                                          (cos, sin, False), True)
+        q_seen = q_seen.to(q.dtype)
+        for b, fit in enumerate(fits):
+            if not fit:  # refused: the sequence's cache as it was
+                expected_k[b], expected_v[b] = before_k[b], before_v[b]
+        _assert_cache(_from_pages(pages_k, table), expected_k, f"replay with lengths {starts}")
+        assert torch.equal(_from_pages(pages_v, table), expected_v)
+        for b, (start, fit) in enumerate(zip(starts, fits)):
+            if fit:
+                args = (q_seen[b:b + 1], expected_k[b:b + 1], expected_v[b:b + 1])
+                reference, _ = _reference(*args, True, seqlens_kv=[start + new])
+                pytorch, _ = _reference(*args, True, seqlens_kv=[start + new], dtype=q.dtype)
+                _assert_flash_rule(out[b:b + 1], reference, pytorch, f"replay with lengths {starts}")
+        if not all(fits):
+            lengths.copy_(torch.tensor([0, 0], dtype=torch.int32))
+            with pytest.raises(ValueError, match="was refused at a replay: a sequence's cache_seqlens \\+ new tokens"):
+                step()
+            step()  # reported once
