@@ -20,11 +20,11 @@ same cache through strided [b, h, s, d] views; GQA through enable_gqa, else (a b
 refuses it) through an expanded copy made beforehand, which the table marks with "x".
 
     python3 benchmarks/decode_steps.py [--part steps|short|empty|all] [--out FILE.md] [--quick]
+                                       [--points B,KEYS,HQ,HKV ...]
 """
 import argparse
 import contextlib
 import datetime
-import statistics
 import sys
 from pathlib import Path
 
@@ -34,6 +34,7 @@ import torch.nn.functional as F
 sys.path.append(str(Path(__file__).resolve().parent.parent / "python"))  # in-tree, unless installed
 import fmha  # noqa: E402
 from bench import copy_bandwidth_gbps  # noqa: E402  (benchmarks/bench.py: one way to measure the copy)
+from python_overhead import gpu_us  # noqa: E402
 
 CALLS = 10        # calls per captured graph
 REPLAYS = 3       # timed replays; the median is reported
@@ -41,28 +42,8 @@ CACHE_LIMIT = 24 << 30  # bytes of K and V a point may allocate (peers' expanded
 
 
 def graph_us(call, calls=CALLS, replays=REPLAYS):
-    """Microseconds per call: `calls` calls captured in one CUDA graph, median of the replays."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            call()  # warm-up: plans, kept launches, allocator blocks
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            call()
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / calls * 1e3)
-    del graph
-    return statistics.median(times)
+    """Microseconds per call, as a CUDA-graph replay (python_overhead.gpu_us)."""
+    return gpu_us(call, calls, replays)
 
 
 def paged(cache, page):
@@ -109,8 +90,12 @@ def warnings_off():
         yield
 
 
-def step_points(quick):
-    """(dtype, head_dim, batch, keys, heads_q, heads_kv) of the steps part."""
+def step_points(quick, chosen=None):
+    """(dtype, head_dim, batch, keys, heads_q, heads_kv) of the steps part: chosen ones (bf16
+    d128), a few (quick), or the grid."""
+    if chosen:
+        yield from ((torch.bfloat16, 128) + point for point in chosen)
+        return
     if quick:
         yield from ((torch.bfloat16, 128, b, s, 32, 8) for b, s in ((1, 1024), (1, 16384), (8, 2048), (64, 8192)))
         return
@@ -124,10 +109,10 @@ def step_points(quick):
                 yield dtype, head_dim, batch, keys, 32, 8
 
 
-def steps(copy, quick, emit):
+def steps(copy, quick, emit, chosen=None, peers=True):
     emit("| dtype | d | batch | keys | GQA | fmha us | paged 16 | paged 64 | cuDNN | flash | efficient "
             "| fmha / best | paged / contiguous | of copy |", "|" + "---|" * 14)
-    for dtype, head_dim, batch, keys, heads_q, heads_kv in step_points(quick):
+    for dtype, head_dim, batch, keys, heads_q, heads_kv in step_points(quick, chosen):
         cache_bytes = 2 * batch * keys * heads_kv * head_dim * 2
         if cache_bytes > CACHE_LIMIT:
             continue
@@ -144,15 +129,15 @@ def steps(copy, quick, emit):
             pages.append(graph_us(lambda: fmha.flash_attn_with_kvcache(
                 q, k_pages, v_pages, cache_seqlens=lengths, block_table=table, causal=True, strict=True)))
             k_pages = v_pages = None
-        peers = []
-        for backend in ("cudnn", "flash", "efficient"):
+        timed = []
+        for backend in ("cudnn", "flash", "efficient") if peers else ():
             call, mark = sdpa_call(backend, q, k_cache, v_cache)
-            peers.append((graph_us(call), mark) if call else (None, ""))
+            timed.append((graph_us(call), mark) if call else (None, ""))
             del call
-        best = min((t for t, _ in peers if t), default=None)
+        best = min((t for t, _ in timed if t), default=None)
         moved = cache_bytes + 2 * q.numel() * q.element_size()
         name = "bf16" if dtype == torch.bfloat16 else "fp16"
-        cells = [f"{t:.1f}{m}" if t else "-" for t, m in peers]
+        cells = [f"{t:.1f}{m}" if t else "-" for t, m in timed] + ["-"] * (3 - len(timed))
         emit(f"| {name} | {head_dim} | {batch} | {keys} | {heads_q}/{heads_kv} | {ours:.1f} | {pages[0]:.1f} | "
              f"{pages[1]:.1f} | {' | '.join(cells)} | {best / ours if best else 0:.2f} | "
              f"{max(pages) / ours:.3f} | {moved / ours / 1e3 / copy:.2f} |")
@@ -200,6 +185,9 @@ def main():
     parser.add_argument("--part", choices=("steps", "short", "empty", "all"), default="all")
     parser.add_argument("--out", help="also write the Markdown tables here")
     parser.add_argument("--quick", action="store_true", help="a few points of each part")
+    parser.add_argument("--no-peers", action="store_true", help="the steps part without SDPA")
+    parser.add_argument("--points", nargs="+", metavar="B,KEYS,HQ,HKV",
+                        help="the steps part at these bf16 d128 points only, e.g. 1,65536,8,1")
     options = parser.parse_args()
     torch.manual_seed(0)
     copy = copy_bandwidth_gbps()
@@ -216,7 +204,11 @@ def main():
 
     for part in ("empty", "steps", "short") if options.part == "all" else (options.part,):
         emit(f"### {part}", "")
-        {"empty": empty, "steps": steps, "short": short_grid}[part](copy, options.quick, emit)
+        if part == "steps":
+            steps(copy, options.quick, emit, [tuple(map(int, p.split(","))) for p in options.points or []],
+                  not options.no_peers)
+        else:
+            {"empty": empty, "short": short_grid}[part](copy, options.quick, emit)
         emit("")
 
 

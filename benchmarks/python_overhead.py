@@ -52,7 +52,9 @@ def end_to_end_us(call, calls):
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def gpu_us(call, calls):
+def gpu_us(call, calls, replays=1):
+    """Microseconds per call: `calls` calls captured in one CUDA graph (after one warm-up call),
+    the median of `replays` timed replays."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -63,12 +65,15 @@ def gpu_us(call, calls):
         for _ in range(calls):
             call()
     graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls * 1e3
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / calls * 1e3)
+    return statistics.median(times)
 
 
 def measure(ours, sdpa, calls, rounds):

@@ -45,7 +45,9 @@ TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
         {79, 2},                 // 3 splits' worth: rounded to a power of two or whole blocks
         {20 * G, G},             // one block per item, no workspace
         {20 * (2 * G + 1), 2 * G},  // whole blocks of splits
-        {int64_t(1) << 40, T::kMaxSplits},
+        {20 * 2 * T::kMaxSplits, T::kMaxSplits},       // a whole wave at the usual cap
+        {20 * 4 * T::kMaxSplits, 2 * T::kMaxSplits},   // few items: more, up to half a wave
+        {int64_t(1) << 40, T::kMaxWideSplits},
     };
     for (const Expected& c : cases) {
         const decode::Plan plan = decode::make_plan<T>(p, c.resident_groups);

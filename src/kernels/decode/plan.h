@@ -69,7 +69,10 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
     int splits = 1;
     if (kSplits<T> && base_items < resident_groups) {
         const int64_t by_length = (p.seqlen_kv + T::kMinKeysPerSplit - 1) / T::kMinKeysPerSplit;
-        splits = int(std::max<int64_t>(1, std::min<int64_t>({resident_groups / base_items, by_length, T::kMaxSplits})));
+        // Past kMaxSplits only for very few items, and then only as many as half a wave of groups:
+        // the combine's partials cost more than the extra splits gain (docs/decisions.md).
+        const int64_t cap = std::max<int64_t>(T::kMaxSplits, std::min<int64_t>(T::kMaxWideSplits, resident_groups / (2 * base_items)));
+        splits = int(std::max<int64_t>(1, std::min<int64_t>({resident_groups / base_items, by_length, cap})));
         // Blocks hold whole items' splits (fewer than a block's groups) or whole blocks of them.
         splits = splits < T::kGroups ? pow2_at_most(splits) : splits / T::kGroups * T::kGroups;
     }

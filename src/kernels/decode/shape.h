@@ -56,11 +56,13 @@ constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = fal
 // Block and split sizes every variant shares.
 struct BlockShape {
     static constexpr int kThreads = 128;          // small blocks: finer occupancy steps at high register counts
-    // Splits of at least kMinKeysPerSplit keys, at most kMaxSplits of them (a multiple of every
-    // variant's groups per block): the fastest measured for few long sequences and for short
-    // batch-1 steps, whose time is a warp's chain of key steps (docs/decisions.md).
+    // Splits of at least kMinKeysPerSplit keys, at most kMaxSplits of them, kMaxWideSplits for
+    // one to a few items (multiples of every variant's groups per block): the fastest measured
+    // for few long sequences and for short batch-1 steps, whose time is a warp's chain of key
+    // steps (docs/decisions.md; make_plan).
     static constexpr int kMinKeysPerSplit = 32;
     static constexpr int kMaxSplits = 128;
+    static constexpr int kMaxWideSplits = 512;
     static constexpr int kMaxBlockPartialBytes = 48 * 1024;  // shared memory any launch may ask for
     // Whether the variant takes FwdParams' run-time options (softcapping, ALiBi, paged KV);
     // see WithOptions.
@@ -137,7 +139,7 @@ struct Traits : BlockShape {
     static_assert(kHeadDim % kVec == 0, "rows are moved in whole vectors");
     static_assert(kGroupWidth <= kWaveSize && kWaveSize % kGroupWidth == 0, "a group lives in one wave");
     static_assert(kThreads % kWaveSize == 0, "whole waves per block");
-    static_assert(kMaxSplits % kGroups == 0, "cross-block splits come in whole blocks");
+    static_assert(kMaxSplits % kGroups == 0 && kMaxWideSplits % kGroups == 0, "cross-block splits come in whole blocks");
     static_assert(KeyRange != Keys::few || kKeyRange <= kMaxFewKeys, "the few-keys range is bounded");
     static_assert(!kNarrowFew || (kSlices == 1 && kKeyRange == FewRange), "a narrow range is one team per work item");
 };
