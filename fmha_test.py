@@ -228,6 +228,9 @@ def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):
     (["-paged-kv", "-page-size", "0"], "-page-size must be a power of two from 16 to 256 (got 0)"),
     (["-paged-kv", "-page-size", "512"], "(got 512)"),
     (["-paged-kv", "-layout", "qkv-packed"], "cannot take the packed QKV layout"),
+    (["-bwd", "-alibi"], "-bwd: the serving options have no backward kernel"),
+    (["-bwd", "-layout", "packed"], "-bwd: packed batches have no backward kernel yet"),
+    (["-bwd", "-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_sm90"], "-bwd does not take -kernel yet"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
     result = fmha(*args)
@@ -582,6 +585,27 @@ def test_fmha_exe_checks_succeed(name):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Checks........: SUCCESS" in result.stdout
     assert re.search(r"Elapsed \.+: [\d.]+ us \([\d.]+x\), [\d.]+ Tflop/s, [\d.]+ GB/s", result.stdout)
+
+
+BACKWARD_RUNS = {  # fmha.exe -bwd: odd lengths, GQA, both dtypes, a two-sided window, rows that see no key
+    "gqa_causal_fp16": ["-d", "128", "-b", "2", "-h", "8", "-gqa", "2", "-s", "1000", "-causal-mask", "-fp16"],
+    "varlen_bf16": ["-d", "128", "-b", "3", "-h", "6", "-gqa", "3", "-s", "700", "-min-s", "100", "-bf16"],
+    "window_fp16": ["-d", "64", "-b", "3", "-h", "4", "-s", "333", "-s-q", "200", "-window-left", "50",
+                    "-window-right", "7", "-fp16"],
+    "empty_rows": ["-d", "64", "-b", "1", "-h", "2", "-s", "129", "-s-q", "257", "-causal-mask", "-fp16"],
+}
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(BACKWARD_RUNS))
+def test_fmha_exe_checks_the_backward(name):
+    result = fmha("-bwd", *BACKWARD_RUNS[name], "-runs", "3", "-warm-up-runs", "1")
+    if result.returncode == 2 and "no backward kernel in this build" in result.stderr:
+        pytest.skip("no backward kernel for this device in this build: " + result.stderr.strip().splitlines()[0])
+    assert result.returncode == 0, result.stdout + result.stderr
+    for gradient in ("dQ", "dK", "dV"):
+        assert f"Checks {gradient}.....: SUCCESS" in result.stdout, result.stdout
+    assert re.search(r"Elapsed \.+: [\d.]+ us \(backward\), [\d.]+ Tflop/s", result.stdout), result.stdout
 
 
 @needs_gpu

@@ -379,6 +379,16 @@ int run(const Options& o) {
     if (!o.kernel.empty() && !(kernel = forced_kernel(o, &reason))) return report_bad_input(reason);
     if (o.kernel.empty() && !catalogue_covers(p))
         return report_no_kernel(p, "no kernel in this build's catalogue for " + p.describe());
+    if (o.backward) {  // and some arch's backward kernel serves it
+        std::string why;
+        bool served = false;
+        for (size_t arch = 0; arch < std::size(kArchFacts) && !served; ++arch) {
+            const BwdSelection selection = select_bwd_kernel(p, static_cast<Arch>(arch));
+            served = selection.entry != nullptr;
+            if (why.empty()) why = selection.reason;
+        }
+        if (!served) return report_bad_input("-bwd: " + why);
+    }
 
     const DeviceInfo device = query_device();
     if (!device.found) {
