@@ -12,7 +12,7 @@ inline constexpr bool takes_scale(float scale) { return scale > 0.f; }
 // The run-time options a launch asks for that the family's main loops may not apply (FwdParams;
 // packed batches both loops take).
 struct RunTimeOptions {
-    bool softcap, alibi, paged;
+    bool softcap, alibi, paged, dropout;
 };
 
 // Why the family declines a launch with these options on archs whose main loop is `wgmma` (else
@@ -23,6 +23,8 @@ inline const char* declined_option(bool wgmma, const RunTimeOptions& o) {
     if (o.softcap && !wgmma) return "the tensor-core family has no logit softcapping on MFMA yet (-softcapping-scale-bmm1)";
     if (o.alibi && !wgmma) return "the tensor-core family has no ALiBi on MFMA yet (-alibi)";
     if (o.paged) return "the tensor-core family reads no paged KV cache yet (-paged-kv)";
+    if (o.dropout && (o.softcap || o.alibi))
+        return "the tensor-core family applies dropout without softcapping or ALiBi only (one more main-loop variant each)";
     return nullptr;
 }
 
