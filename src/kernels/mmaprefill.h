@@ -28,7 +28,7 @@ namespace mmaprefill {
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
     const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr || p.page_size != 0,
-                                 p.dropout.p != 0.f};
+                                 p.dropout.p != 0.f, Config::head_dim};
     const bool packed_alike = (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);  // Q and K/V
     return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
            !declined_option(matrix_core(Config::arch) == MatrixCore::wgmma, options);

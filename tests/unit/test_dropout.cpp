@@ -82,6 +82,10 @@ TEST(Dropout, OnlyTheTensorCorePrefillFamilyTakesIt) {
     EXPECT_FALSE(kernel_supports(mma, p, &why));
     EXPECT_NE(why.find("dropout without softcapping"), std::string::npos) << why;
     p.softcap = 0.f;
+    p.head_dim = 256;
+    const KernelKey d256{DType::bf16, 256, HeadsKind::gqa, Mask::nomask, Family::mmaprefill, Arch::sm90};
+    EXPECT_FALSE(kernel_supports(d256, p, &why));
+    EXPECT_NE(why.find("up to head_dim 128"), std::string::npos) << why;
     p.dropout = 1.f;
     EXPECT_FALSE(p.validate().empty());
 }

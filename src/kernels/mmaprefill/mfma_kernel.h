@@ -36,6 +36,7 @@
 #include "kernels/group.h"
 #include "kernels/mma/mfma.h"
 #include "kernels/mmaprefill/key_tiles.h"
+#include "kernels/mmaprefill/limits.h"
 #include "kernels/mmaprefill/tiles.h"
 #include "kernels/numeric.h"
 
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
     const int half = lane / mfma::kBlock;  // the lane holds items 4 half .. 4 half + 3 of each k step
     const float scale_log2 = p.scale * kLog2e;
     const auto row_of = [](int) { return 0; };
-    const bool dropping = p.dropout.p != 0.f;
+    const bool dropping = T::kHeadDim <= kDropoutMaxHeadDim && p.dropout.p != 0.f;
     const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
     Dropout::Row dropout_row{};  // this lane's row's counter words
 

@@ -37,6 +37,7 @@
 #include "kernels/config.h"
 #include "kernels/mma/wgmma.h"
 #include "kernels/mmaprefill/key_tiles.h"
+#include "kernels/mmaprefill/limits.h"
 #include "kernels/mmaprefill/tiles.h"
 #include "platform/hip_on_cuda/hopper.h"
 
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     if constexpr (kServing) scoring.init(p.scale, p.softcap);
     // Dropout (kServing). Nothing of it is held through the main loop (there the d128 kernel
     // spills): the generator's state and the rows' numbers are loaded per key tile.
-    const bool dropping = kServing && p.dropout.p != 0.f;
+    const bool dropping = kServing && T::kHeadDim <= kDropoutMaxHeadDim && p.dropout.p != 0.f;
 
     float o[T::kHeadDim / 2];
     float s[T::kBlockKeys / 2];
