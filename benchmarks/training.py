@@ -3,9 +3,10 @@
 kernel against PyTorch's SDPA flash (FlashAttention-2) and cuDNN backends on issue 31's shapes,
 bf16. Reported: TFLOP/s by FlashAttention's count (forward 4 b h s_q s_kv d, halved when causal;
 forward + backward = 3.5x forward), median of alternating rounds, and the peak allocation
-beyond the inputs over the size of q, k and v.
+beyond the inputs over the size of q, k and v. --dropout P: every call with dropout_p = P, and
+SDPA's memory-efficient backend beside the others (cuDNN's may decline dropout).
 
-    python3 benchmarks/training.py [--rounds N] [--runs N] [--cases NAME...]
+    python3 benchmarks/training.py [--rounds N] [--runs N] [--cases NAME...] [--dropout P]
 """
 import argparse
 import statistics
@@ -30,16 +31,19 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--cases", nargs="+", default=list(CASES))
+    parser.add_argument("--dropout", type=float, default=0.0)
     args = parser.parse_args()
+    p = args.dropout
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import fmha
     from fmha import _backward
 
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print("| case | fmha | FA2 (SDPA flash) | cuDNN | fmha / cuDNN | fmha memory | cuDNN memory | bwd kernel |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, dropout_p {p}")
+    print("| case | fmha | FA2 (SDPA flash) | SDPA efficient | cuDNN | fmha / cuDNN | fmha memory | cuDNN memory | "
+          "bwd kernel |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.cases:
         batch, seqlen, heads, heads_kv, head_dim, causal = CASES[name]
         torch.manual_seed(0)
@@ -48,19 +52,21 @@ def main():
                             requires_grad=True) for _ in range(2))
         grad = torch.randn_like(q)
         input_bytes = sum(t.numel() * t.element_size() for t in (q, k, v))
-        kernel = _backward.kernel_name(q.detach(), k.detach(), head_dim ** -0.5, -1, 0 if causal else -1)
+        kernel = _backward.kernel_name(q.detach(), k.detach(), head_dim ** -0.5, -1, 0 if causal else -1, p)
 
         def ours():
-            out = fmha.flash_attn_func(q, k, v, causal=causal, strict=True)
+            out = fmha.flash_attn_func(q, k, v, dropout_p=p, causal=causal, strict=True)
             return torch.autograd.grad(out, (q, k, v), grad)
 
         def sdpa(backend):
             qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
             with sdpa_kernel([backend]):
-                out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=heads != heads_kv)
+                out = F.scaled_dot_product_attention(qt, kt, vt, dropout_p=p, is_causal=causal,
+                                                     enable_gqa=heads != heads_kv)
             return torch.autograd.grad(out, (q, k, v), grad.transpose(1, 2))
 
         calls = {"fmha": ours, "FA2": lambda: sdpa(SDPBackend.FLASH_ATTENTION),
+                 "efficient": lambda: sdpa(SDPBackend.EFFICIENT_ATTENTION),
                  "cuDNN": lambda: sdpa(SDPBackend.CUDNN_ATTENTION)}
         times, memory = {n: [] for n in calls}, {}
         for n, call in calls.items():
@@ -81,7 +87,8 @@ def main():
                     times[n].append(device_ms(call, args.runs, warmup=2))
         flops = 3.5 * 4 * batch * heads * seqlen * seqlen * head_dim * (0.5 if causal else 1.0)
         tflops = {n: flops / statistics.median(t) / 1e9 if t else float("nan") for n, t in times.items()}
-        print(f"| {name} | {tflops['fmha']:.1f} | {tflops['FA2']:.1f} | {tflops['cuDNN']:.1f} | "
+        print(f"| {name} | {tflops['fmha']:.1f} | {tflops['FA2']:.1f} | {tflops['efficient']:.1f} | "
+              f"{tflops['cuDNN']:.1f} | "
               f"{tflops['fmha'] / tflops['cuDNN']:.2f} | {memory.get('fmha', float('nan')):.1f}x | "
               f"{memory.get('cuDNN', float('nan')):.1f}x | {kernel} |", flush=True)
 

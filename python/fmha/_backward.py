@@ -13,8 +13,8 @@ _plans = {}  # problem key -> (library, Plan, Problem, kernel name) or None (no 
 _MAX_PLANS = 4096
 
 
-def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale):
-    key = (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale)
+def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p):
+    key = (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p)
     if key in _plans:
         return _plans[key]
     if len(_plans) >= _MAX_PLANS:
@@ -24,7 +24,7 @@ def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, 
         library = _library.load()
         masked = int(left >= 0 or right >= 0)  # FlashAttention's window_size; causal is (-1, 0)
         problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, masked, left, right,
-                                   scale, 0)
+                                   scale, 0, dropout_p=dropout_p)
         plan, kernel, _ = library.plan_backward(problem, device)
         found = (library, plan, problem, kernel)
     except (OSError, _library.LibraryError):
@@ -46,27 +46,29 @@ def _strides(t):
     return batch, heads, seqlen
 
 
-def kernel_name(q, k, scale, left, right):
+def kernel_name(q, k, scale, left, right, dropout_p=0.0):
     """The backward kernel that would serve these tensors and options, or None."""
-    found = _find(q, k, scale, left, right)
+    found = _find(q, k, scale, left, right, dropout_p)
     return found[3] if found else None
 
 
-def _find(q, k, scale, left, right):
+def _find(q, k, scale, left, right, dropout_p):
     dtype = _DTYPES.get(q.dtype)
     if dtype is None or not q.is_cuda or q.dim() != 4:
         return None
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_kv, heads_kv = k.shape[1], k.shape[2]
     return _plan(q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, 2**31 - 1),
-                 min(right, 2**31 - 1), scale)
+                 min(right, 2**31 - 1), scale, dropout_p)
 
 
-def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right):
-    """(dq, dk, dv) like q, k, v by a backward kernel, or None where none serves the call."""
+def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right, dropout_p=0.0,
+        dropout_seed_offset=None):
+    """(dq, dk, dv) like q, k, v by a backward kernel, or None where none serves the call.
+    dropout_p, dropout_seed_offset: the forward kernel's dropout (fmha._dropout)."""
     if lse is None or lse.numel() == 0:
         return None
-    found = _find(q, k, scale, left, right)
+    found = _find(q, k, scale, left, right, dropout_p)
     if found is None:
         return None
     library, plan, problem, kernel = found
@@ -79,7 +81,8 @@ def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, lef
         *(t.data_ptr() for t in (q, k, v, out, grad_out, dq, dk, dv)),
         *(s for t in (q, k, v, out, grad_out, dq, dk, dv) for s in _strides(t)),
         seqlens_q.data_ptr() if seqlens_q is not None else 0, seqlens_kv.data_ptr() if seqlens_kv is not None else 0,
-        lse.data_ptr(), grad_lse.data_ptr() if grad_lse is not None else 0)
+        lse.data_ptr(), grad_lse.data_ptr() if grad_lse is not None else 0,
+        dropout_seed_offset.data_ptr() if dropout_p > 0 else 0)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     status = library.launch_backward(ctypes.addressof(plan), ctypes.addressof(problem), tensors, workspace.data_ptr(),
                                      plan.workspace_bytes, stream)

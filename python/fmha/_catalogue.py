@@ -97,8 +97,8 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None, soft
     dtype = _DTYPES.get(q.dtype)
     if dtype is None:
         return None, f"dtype {q.dtype}: the catalogue holds float16 and bfloat16 kernels"
-    if dropout_p > 0:
-        return None, f"dropout_p={dropout_p}: the kernels have no dropout yet"
+    if dropout_p > 0 and (packed is not None or paged is not None):
+        return None, f"dropout_p={dropout_p}: the kernels apply dropout to padded batches only"
     if q.shape[-1] % 8:
         return None, (f"head_dim {q.shape[-1]} is not a multiple of 8: the kernels move rows in 16-byte vectors "
                       "(a multiple of 8 runs on the next larger kernel)")
@@ -117,7 +117,8 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None, soft
     except OSError as error:
         return None, str(error)
     key = (q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, _INT32_MAX),
-           min(right, _INT32_MAX), scale, packed is not None, softcap, alibi_slopes is not None, page_size, max_pages)
+           min(right, _INT32_MAX), scale, packed is not None, softcap, alibi_slopes is not None, page_size, max_pages,
+           dropout_p)
     prepared = _plans.get(key)
     if prepared is None:
         if len(_plans) >= _MAX_PLANS:  # e.g. a growing KV cache length: a new shape every step
@@ -136,13 +137,13 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None, soft
 
 def _plan(library, key, torch_device):
     (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, packed, softcap,
-     alibi, page_size, max_pages) = key
+     alibi, page_size, max_pages, dropout_p) = key
     sizes = (batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, max_pages)
     if any(size > _INT32_MAX for size in sizes):
         return f"sizes {sizes}: the kernels take 32-bit sizes"
     masked = int(left >= 0 or right >= 0)  # FlashAttention's window_size; causal is (-1, 0)
     problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, masked, left, right, scale,
-                               int(packed), softcap, int(alibi), page_size, max_pages)
+                               int(packed), softcap, int(alibi), page_size, max_pages, dropout_p)
     try:
         plan, reason = library.plan(problem, device)
     except _library.LibraryError as error:
@@ -186,12 +187,14 @@ def _workspace(nbytes, prepared, stream, kept):
     return nbytes, tensor, tensor.data_ptr()
 
 
-def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse, kept=False, alibi_slopes=None, block_table=None):
+def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse, kept=False, alibi_slopes=None, block_table=None,
+            dropout_seed_offset=None):
     """(out [b, s_q, h, d], LSE [b, h, s_q] fp32 or None) by a launch of prepare(), on PyTorch's
     current stream, with the workspace from PyTorch's allocator: per call, or (kept=True, the
     eager calls of fmha._fastpath) the kept one. None where q's, k's or v's data pointer is not
     16-byte aligned, which only a kept launch meets (prepare() checked the full path's).
-    alibi_slopes, block_table: the tensors of the options prepare() was given."""
+    alibi_slopes, block_table: the tensors of the options prepare() was given; dropout_seed_offset:
+    int64 [seed, offset] on the device (fmha._dropout) where prepare() was given a dropout_p."""
     prepared, strides = launch
     q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
     if (q_ptr | k_ptr | v_ptr) & 15:
@@ -206,7 +209,8 @@ def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse, kept=False, alib
         seqlens_q.data_ptr() if seqlens_q is not None else 0,
         seqlens_kv.data_ptr() if seqlens_kv is not None else 0,
         lse.data_ptr() if lse is not None else 0, 0, 0, 0, 0,
-        alibi_slopes.data_ptr() if alibi_slopes is not None else 0, block_table.data_ptr() if block_table is not None else 0)
+        alibi_slopes.data_ptr() if alibi_slopes is not None else 0, block_table.data_ptr() if block_table is not None else 0,
+        dropout_seed_offset.data_ptr() if dropout_seed_offset is not None else 0)
     _launch(prepared, tensors, workspace, stream)
     return out, lse
 
@@ -233,6 +237,7 @@ def forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, retur
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *strides,
         0, seqused_k.data_ptr() if seqused_k is not None else 0, lse.data_ptr() if lse is not None else 0,
         cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr() if block_table is None else 0, total_q, k.shape[0],
-        alibi_slopes.data_ptr() if alibi_slopes is not None else 0, block_table.data_ptr() if block_table is not None else 0)
+        alibi_slopes.data_ptr() if alibi_slopes is not None else 0, block_table.data_ptr() if block_table is not None else 0,
+        0)
     _launch(prepared, tensors, workspace, stream)
     return out, lse

@@ -65,8 +65,8 @@ def keep(key, q, k, v, seqlens_q, scale, left, right, dropout_p, seqlens_kv=None
     the kernels as it is: a call whose lengths are not contiguous (which the full path copies) is
     not kept. Contiguity is a matter of shape and strides, which the key holds. softcap,
     alibi_slopes, paged: as fmha._catalogue.prepare takes them (the tensors as run() passes them)."""
-    if key is None or key in _launches or (seqlens_kv is not None and not seqlens_kv.is_contiguous()):
-        return
+    if key is None or key in _launches or (seqlens_kv is not None and not seqlens_kv.is_contiguous()) or dropout_p > 0:
+        return  # (a dropout call draws its seed and offset: fmha._ops)
     launch, _ = _catalogue.prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, softcap=softcap,
                                    alibi_slopes=alibi_slopes, paged=paged)
     if launch is not None:

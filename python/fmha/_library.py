@@ -9,7 +9,7 @@ import os
 import struct
 from pathlib import Path
 
-ABI_VERSION = 3  # FMHA_ABI_VERSION of the header these structures mirror
+ABI_VERSION = 4  # FMHA_ABI_VERSION of the header these structures mirror
 
 # fmha_status
 OK, INVALID_ARGUMENT, NO_KERNEL, NO_DEVICE, RUNTIME_ERROR = range(5)
@@ -24,7 +24,8 @@ class Problem(ctypes.Structure):
     _fields_ = [("dtype", _c_int32), ("batch", _c_int32), ("heads_q", _c_int32), ("heads_kv", _c_int32),
                 ("seqlen_q", _c_int32), ("seqlen_kv", _c_int32), ("head_dim", _c_int32), ("masked", _c_int32),
                 ("window_left", _c_int32), ("window_right", _c_int32), ("scale", ctypes.c_float), ("packed", _c_int32),
-                ("softcap", ctypes.c_float), ("alibi", _c_int32), ("page_size", _c_int32), ("max_pages_per_seq", _c_int32)]
+                ("softcap", ctypes.c_float), ("alibi", _c_int32), ("page_size", _c_int32), ("max_pages_per_seq", _c_int32),
+                ("dropout_p", ctypes.c_float)]
 
 
 class Tensors(ctypes.Structure):
@@ -33,18 +34,19 @@ class Tensors(ctypes.Structure):
     _fields_ = [("q", _ptr), ("k", _ptr), ("v", _ptr), ("o", _ptr)] + [
         (f"{name}_{dim}_stride", _c_int64) for name in "qkvo" for dim in ("batch", "head", "row")] + [
         ("seqlens_q", _ptr), ("seqlens_kv", _ptr), ("lse", _ptr), ("cu_seqlens_q", _ptr), ("cu_seqlens_kv", _ptr),
-        ("total_q", _c_int32), ("total_kv", _c_int32), ("alibi_slopes", _ptr), ("block_table", _ptr)]
+        ("total_q", _c_int32), ("total_kv", _c_int32), ("alibi_slopes", _ptr), ("block_table", _ptr),
+        ("dropout_seed_offset", _ptr)]
 
 
 # fmha_tensors as bytes, for the hot path: one pack() of the pointers (0 for NULL) and strides
-# costs less than filling a Tensors. The same layout: 21 fields of 8 bytes, two of 4, then two
-# pointers, no padding.
-TENSORS = struct.Struct("@4P12q5P2i2P")
+# costs less than filling a Tensors. The same layout: 21 fields of 8 bytes, two of 4, then three
+# pointers (the last, v4: dropout's seed and offset), no padding.
+TENSORS = struct.Struct("@4P12q5P2i3P")
 
 
 # fmha_bwd_tensors as bytes: q, k, v, o, d_o, dq, dk, dv; their 24 strides; seqlens_q, seqlens_kv,
-# lse, d_lse (0 for NULL). 36 fields of 8 bytes, no padding.
-BWD_TENSORS = struct.Struct("@8P24q4P")
+# lse, d_lse, dropout_seed_offset (0 for NULL). 37 fields of 8 bytes, no padding.
+BWD_TENSORS = struct.Struct("@8P24q5P")
 
 
 class KvAppend(ctypes.Structure):
@@ -147,6 +149,8 @@ class Library:
         self.launch = lib["fmha_forward"]
         self.launch.restype = ctypes.c_int
         self.launch.argtypes = [_ptr, _ptr, ctypes.c_char_p, _ptr, ctypes.c_uint64, _ptr]
+        lib.fmha_dropout_mask.restype = ctypes.c_int
+        lib.fmha_dropout_mask.argtypes = [ctypes.c_float, _ptr, _c_int32, _c_int32, _c_int32, _c_int32, _ptr, _ptr]
 
     def last_error(self):
         return self._lib.fmha_last_error().decode()
@@ -178,6 +182,10 @@ class Library:
         reason = ctypes.create_string_buffer(1024)
         self.check(self._lib.fmha_plan_backward(problem, device, plan, reason, len(reason)))
         return plan, self._lib.fmha_bwd_kernel_name(plan.kernel).decode(), reason.value.decode()
+
+    def dropout_mask(self, dropout_p, seed_offset, batch, heads, seqlen_q, seqlen_kv, mask, stream):
+        """Writes the kernels' dropout mask (fmha_dropout_mask; device pointers) on stream."""
+        self.check(self._lib.fmha_dropout_mask(dropout_p, seed_offset, batch, heads, seqlen_q, seqlen_kv, mask, stream))
 
     def kernel_name(self, kernel):
         name = self._lib.fmha_kernel_name(kernel)

@@ -76,19 +76,22 @@ def _probabilities(scores, visible):
 
 
 def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap=0.0,
-              alibi_slopes=None):
+              alibi_slopes=None, keep=None):
     """(out [b, s_q, h, d] contiguous, LSE [b, h, s_q] or None), differentiable. Without LSE,
-    softcap or ALiBi, PyTorch's scaled_dot_product_attention; with any, the same math in fp32
-    (SDPA returns no LSE and has no softcap)."""
+    softcap, ALiBi or a keep mask, PyTorch's scaled_dot_product_attention; with any, the same math
+    in fp32 (SDPA returns no LSE and has no softcap). keep: the kernels' dropout mask, bool
+    [b, h, s_q, s_kv] (fmha._dropout.mask), applied instead of PyTorch's dropout."""
     # PyTorch's fused SDPA kernels gave wrong results for a query 8 bytes off 16-byte alignment
     # (H100, PyTorch 2.11): such inputs go to it as aligned copies.
     q, k, v = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (q, k, v))
     visible = visible_keys(q, k, seqlens_q, seqlens_kv, left, right)
-    if return_lse or softcap or alibi_slopes is not None:
+    if return_lse or softcap or alibi_slopes is not None or keep is not None:
         qh, kh, vh = _heads_first(q, k, v)
         bias = alibi_bias(q, k, seqlens_q, seqlens_kv, alibi_slopes) if alibi_slopes is not None else None
         probabilities, lse = _probabilities(_scores(qh, kh, scale, softcap, bias)[0], visible)
-        if dropout_p > 0:
+        if keep is not None:
+            probabilities = probabilities * keep / (1 - dropout_p)
+        elif dropout_p > 0:
             probabilities = F.dropout(probabilities, dropout_p)
         out = torch.matmul(probabilities, vh.float()).to(q.dtype)
         return out.transpose(1, 2).contiguous(), lse if return_lse else None
@@ -101,11 +104,12 @@ def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, ret
 
 
 def attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right, softcap=0.0,
-                       alibi_slopes=None):
+                       alibi_slopes=None, dropout_p=0.0, keep=None):
     """(dq, dk, dv) of out (and LSE, when grad_lse is given) by recomputing the probabilities in
     fp32: dV = P^T dO; dS = P (dO V^T - rowsum(P * dO V^T) + dLSE), times 1 - tanh^2 where
     softcapped (the ALiBi bias is a constant); dQ = scale dS K; dK = scale dS^T Q; K and V
-    gradients summed over each KV head's group."""
+    gradients summed over each KV head's group. With a dropout mask keep (bool [b, h, s_q,
+    s_kv]), Z = keep / (1 - dropout_p): dV = (P Z)^T dO and dO V^T becomes Z dO V^T."""
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_kv, heads_kv = k.shape[1], k.shape[2]
     visible = visible_keys(q, k, seqlens_q, seqlens_kv, left, right)
@@ -114,8 +118,11 @@ def attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale
     scores, capped_slope = _scores(qh, kh, scale, softcap, bias)
     probabilities, _ = _probabilities(scores, visible)
     grad_out = grad_out.transpose(1, 2).float()
-    grad_v = torch.matmul(probabilities.transpose(-1, -2), grad_out)
+    dropped = keep / (1 - dropout_p) if keep is not None else None
+    grad_v = torch.matmul((probabilities if dropped is None else probabilities * dropped).transpose(-1, -2), grad_out)
     grad_p = torch.matmul(grad_out, vh.float().transpose(-1, -2))
+    if dropped is not None:
+        grad_p = grad_p * dropped
     grad_s = grad_p - (probabilities * grad_p).sum(dim=-1, keepdim=True)
     if grad_lse is not None and grad_lse.numel() > 0:
         grad_s = grad_s + grad_lse.float().unsqueeze(-1)

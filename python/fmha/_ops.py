@@ -6,27 +6,32 @@ PyTorch (fmha._math.attention_backward).
 
 Forward-only eager calls skip the dispatcher and call the backends directly: the same work,
 without the operator's per-call cost (a decode step is a few microseconds of kernel).
+
+Dropout on CUDA tensors outside torch.compile runs the kernels' (fmha._dropout): the call draws
+its seed and offset, the forward applies the mask and the backward regenerates it; a fallback
+in PyTorch applies the same mask. Elsewhere PyTorch's dropout serves, with its own autograd.
 """
 from typing import Optional, Tuple
 
 import torch
 
-from . import _backward as _backward_kernels, _math, backends
+from . import _backward as _backward_kernels, _dropout, _math, backends
 
 
 @torch.library.custom_op("fmha::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlens_q: Optional[torch.Tensor],
                  seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int, window_right: int,
                  dropout_p: float, return_lse: bool, strict: Optional[bool], softcap: float,
-                 alibi_slopes: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+                 alibi_slopes: Optional[torch.Tensor], dropout_seed_offset: Optional[torch.Tensor] = None
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
     out, lse = backends.run(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p,
-                            return_lse, strict, softcap, alibi_slopes)
+                            return_lse, strict, softcap, alibi_slopes, dropout_seed_offset)
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, return_lse,
-                    strict, softcap, alibi_slopes):
+                    strict, softcap, alibi_slopes, dropout_seed_offset=None):
     batch, seqlen_q, heads, head_dim = q.shape
     lse_shape = (batch, heads, seqlen_q) if return_lse else (0,)
     return q.new_empty((batch, seqlen_q, heads, head_dim)), q.new_empty(lse_shape, dtype=torch.float32)
@@ -36,41 +41,52 @@ def _attention_fake(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, 
 def attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
                           v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, seqlens_q: Optional[torch.Tensor],
                           seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int,
-                          window_right: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                          window_right: int, dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None
+                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grads = _backward_kernels.run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, softmax_scale, window_left,
-                          window_right)
+                                  window_right, dropout_p, dropout_seed_offset)
     if grads is None:
         grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, softmax_scale,
-                                         window_left, window_right)
+                                         window_left, window_right, dropout_p=dropout_p,
+                                         keep=_keep_mask(dropout_p, dropout_seed_offset, q, k))
     return tuple(g.contiguous() for g in grads)  # the layout the fake implementation states
 
 
 @attention_backward_op.register_fake
 def _attention_backward_fake(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, softmax_scale, window_left,
-                             window_right):
+                             window_right, dropout_p=0.0, dropout_seed_offset=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
+def _keep_mask(dropout_p, seed_offset, q, k):
+    """The kernels' dropout mask for a PyTorch recompute, or None without dropout."""
+    if dropout_p == 0 or seed_offset is None:
+        return None
+    return _dropout.mask(dropout_p, seed_offset, q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+
+
 def _setup_context(ctx, inputs, output):
-    q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, _, _, softcap, alibi = inputs
+    (q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, _, _, softcap, alibi,
+     seed_offset) = inputs
+    if dropout_p > 0 and seed_offset is None:  # fmha.attention routes such calls to PyTorch's own autograd instead
+        raise RuntimeError("fmha::attention has no backward for dropout_p > 0 without a dropout seed and offset")
     out, lse = output
-    ctx.save_for_backward(q, k, v, seqlens_q, seqlens_kv, out, lse, alibi)
+    ctx.save_for_backward(q, k, v, seqlens_q, seqlens_kv, out, lse, alibi, seed_offset)
     ctx.options = (softmax_scale, window_left, window_right, dropout_p, softcap)
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, seqlens_q, seqlens_kv, out, lse, alibi_slopes = ctx.saved_tensors
+    q, k, v, seqlens_q, seqlens_kv, out, lse, alibi_slopes, seed_offset = ctx.saved_tensors
     scale, left, right, dropout_p, softcap = ctx.options
-    if dropout_p > 0:  # fmha.attention routes such calls to PyTorch's own autograd instead
-        raise RuntimeError("fmha::attention has no backward for dropout_p > 0")
     if grad_lse is not None and grad_lse.numel() == 0:
         grad_lse = None
     if softcap or alibi_slopes is not None:  # no backward kernel takes the scoring options yet
         grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right,
-                                         softcap, alibi_slopes)
+                                         softcap, alibi_slopes, dropout_p, _keep_mask(dropout_p, seed_offset, q, k))
     else:
-        grads = attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right)
-    return tuple(grads) + (None,) * 10
+        grads = attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right,
+                                      dropout_p, seed_offset)
+    return tuple(grads) + (None,) * 11
 
 
 attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -83,15 +99,19 @@ def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, ret
     directly; autograd and torch.compile go through the operator."""
     options = (softcap, alibi_slopes)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if needs_grad and dropout_p > 0:
-        # No kernel has dropout: PyTorch's SDPA serves the call and its autograd the backward.
-        if not torch.compiler.is_compiling():
-            return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict,
-                                *options)
-        return _math.attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, *options)
+    seed_offset = None
+    if dropout_p > 0:
+        if not _dropout.usable(q):
+            # PyTorch's dropout: SDPA serves the call and its autograd the backward.
+            if not torch.compiler.is_compiling():
+                return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict,
+                                    *options)
+            return _math.attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, *options)
+        seed_offset = _dropout.seed_offset(q.device)
     if needs_grad or torch.compiler.is_compiling():
         # A call that may be differentiated saves its LSE: the backward kernels start from it.
         out, lse = attention_op(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p,
-                                return_lse or needs_grad, strict, *options)
+                                return_lse or needs_grad, strict, *options, seed_offset)
         return out, lse if return_lse else None
-    return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, *options)
+    return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, *options,
+                        seed_offset)

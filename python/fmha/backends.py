@@ -7,7 +7,7 @@ Backends are tried in registry order; each says whether it serves a call and, if
 import os
 import warnings
 
-from . import _catalogue, _checks, _math
+from . import _catalogue, _checks, _dropout, _math
 
 
 class FallbackWarning(UserWarning):
@@ -34,7 +34,8 @@ class Choice:
 class CatalogueBackend:
     name = "fmha"
 
-    def choose(self, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap, alibi_slopes):
+    def choose(self, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap, alibi_slopes,
+               dropout_seed_offset=None):
         launch, why_not = _catalogue.prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, softcap=softcap,
                                              alibi_slopes=alibi_slopes)
         if launch is None:
@@ -42,21 +43,29 @@ class CatalogueBackend:
         return Choice(self.name, launch[0].kernel, launch[0].reason, launch), None
 
     def forward(self, choice, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap,
-                alibi_slopes):
-        return _catalogue.forward(choice.launch, q, k, v, seqlens_q, seqlens_kv, return_lse, alibi_slopes=alibi_slopes)
+                alibi_slopes, dropout_seed_offset=None):
+        if dropout_p > 0 and dropout_seed_offset is None:  # fmha._ops draws them for every call it sends here
+            raise RuntimeError("fmha: a dropout call reached the kernels without its seed and offset")
+        return _catalogue.forward(choice.launch, q, k, v, seqlens_q, seqlens_kv, return_lse, alibi_slopes=alibi_slopes,
+                                  dropout_seed_offset=dropout_seed_offset)
 
 
 class SdpaBackend:
     """Serves every call (any dtype, device, head_dim, window, dropout); differentiable."""
     name = "sdpa"
 
-    def choose(self, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap, alibi_slopes):
+    def choose(self, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap, alibi_slopes,
+               dropout_seed_offset=None):
         return Choice(self.name, None, "PyTorch's scaled_dot_product_attention"), None
 
     def forward(self, choice, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap,
-                alibi_slopes):
+                alibi_slopes, dropout_seed_offset=None):
+        # With a seed and offset the dropout is the kernels' (their backward regenerates it).
+        keep = None
+        if dropout_p > 0 and dropout_seed_offset is not None:
+            keep = _dropout.mask(dropout_p, dropout_seed_offset, q.shape[0], q.shape[2], q.shape[1], k.shape[1])
         return _math.attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap,
-                               alibi_slopes)
+                               alibi_slopes, keep=keep)
 
 
 # Tried in order; the last serves every call.
@@ -70,13 +79,14 @@ def strict_mode(strict):
     return os.environ.get("FMHA_STRICT", "").lower() in ("1", "true", "yes", "on")
 
 
-def choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap=0.0, alibi_slopes=None):
+def choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap=0.0, alibi_slopes=None,
+           dropout_seed_offset=None):
     """(backend, Choice) for the call; the Choice of a fallback carries every earlier backend's
     reason for passing it over."""
     passed_over = []
     for backend in registry:
         choice, why_not = backend.choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap,
-                                         alibi_slopes)
+                                         alibi_slopes, dropout_seed_offset)
         if choice is not None:
             if passed_over:
                 choice.reason = "; ".join(passed_over)
@@ -96,14 +106,16 @@ def fall_back(reason, strict, instead="running on PyTorch's scaled_dot_product_a
 
 
 def run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, softcap=0.0,
-        alibi_slopes=None):
+        alibi_slopes=None, dropout_seed_offset=None):
     """(out, LSE or None) by the first backend that serves the call; forward only (fmha._ops adds
-    autograd)."""
-    backend, choice = choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap, alibi_slopes)
+    autograd). dropout_seed_offset: the kernels' dropout seed and offset (fmha._dropout), else
+    None (PyTorch's dropout)."""
+    backend, choice = choose(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, softcap, alibi_slopes,
+                             dropout_seed_offset)
     if backend is not registry[0]:
         fall_back(choice.reason, strict)
     return backend.forward(choice, q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap,
-                           alibi_slopes)
+                           alibi_slopes, dropout_seed_offset)
 
 
 def which_backend(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "fmha/dropout_mask.h"
 #include "fmha/heuristics.h"
 #include "fmha/kernel_table.h"
 #include "fmha/kv_append.h"
@@ -19,11 +20,13 @@
 #include "platform/device.h"
 
 // python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
-static_assert(sizeof(fmha_problem) == 64 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
-static_assert(sizeof(fmha_tensors) == 192 && offsetof(fmha_tensors, seqlens_q) == 128 &&
-                  offsetof(fmha_tensors, cu_seqlens_q) == 152 && offsetof(fmha_tensors, alibi_slopes) == 176,
+static_assert(sizeof(fmha_problem) == 68 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_tensors) == 200 && offsetof(fmha_tensors, seqlens_q) == 128 &&
+                  offsetof(fmha_tensors, cu_seqlens_q) == 152 && offsetof(fmha_tensors, alibi_slopes) == 176 &&
+                  offsetof(fmha_tensors, dropout_seed_offset) == 192,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
-static_assert(sizeof(fmha_bwd_tensors) == 288 && offsetof(fmha_bwd_tensors, seqlens_q) == 256,
+static_assert(sizeof(fmha_bwd_tensors) == 296 && offsetof(fmha_bwd_tensors, seqlens_q) == 256 &&
+                  offsetof(fmha_bwd_tensors, dropout_seed_offset) == 288,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
 static_assert(sizeof(fmha_kv_append) == 320 && offsetof(fmha_kv_append, k_new) == 72 &&
                   offsetof(fmha_kv_append, cache_seqlens) == 200 && offsetof(fmha_kv_append, seqlens_out) == 304,
@@ -68,6 +71,7 @@ fmha_status to_problem(const fmha_problem* c, Problem* p) {
     p->softcap = c->softcap;  // Problem::validate() checks the options like fmha.exe's flags
     p->alibi = c->alibi != 0;
     p->page_size = c->page_size;
+    p->dropout = c->dropout_p;
     std::vector<std::string> invalid = p->validate();
     if (c->page_size < 0) invalid.push_back("page_size must be >= 0 (0: not paged)");
     // The block table may be wider than the longest sequence needs, never narrower.
@@ -204,6 +208,19 @@ void take_inputs(Params& params, const Tensors& t) {
     params.seqlens_q = t.seqlens_q;
     params.seqlens_kv = t.seqlens_kv;
     params.lse = t.lse;
+    params.dropout.seed_offset = t.dropout_seed_offset;
+}
+
+// Dropout's seed and offset are given exactly where the problem asks for dropout.
+fmha_status check_dropout(const Problem& p, const int64_t* seed_offset) {
+    if (p.dropout != 0.f && !seed_offset)
+        return fail(FMHA_INVALID_ARGUMENT,
+                    "problem.dropout_p > 0 needs tensors.dropout_seed_offset (int64 [seed, offset] in device memory)");
+    if (p.dropout == 0.f && seed_offset)
+        return fail(FMHA_INVALID_ARGUMENT, "tensors.dropout_seed_offset is given but problem.dropout_p is 0");
+    if (reinterpret_cast<uintptr_t>(seed_offset) % 8 != 0)
+        return fail(FMHA_INVALID_ARGUMENT, "tensors.dropout_seed_offset must be 8-byte aligned");
+    return FMHA_OK;
 }
 
 // The plan's device must be of the kernel's arch.
@@ -412,6 +429,7 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
                                                        : "tensors.alibi_slopes is given but problem.alibi is 0");
         if (reinterpret_cast<uintptr_t>(t.alibi_slopes) % 4 != 0 || reinterpret_cast<uintptr_t>(t.block_table) % 4 != 0)
             return fail(FMHA_INVALID_ARGUMENT, "tensors.alibi_slopes and block_table must be 4-byte aligned");
+        if (const fmha_status status = check_dropout(p, t.dropout_seed_offset); status != FMHA_OK) return status;
         if (const fmha_status status = check_device(plan->device, entry.key.arch, entry.name); status != FMHA_OK)
             return status;
 
@@ -479,6 +497,7 @@ fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, co
         for (const auto& [name, tensor] : checked)
             if (const fmha_status status = check_tensor(name, tensor.first, tensor.second); status != FMHA_OK) return status;
         if (!t.lse) return fail(FMHA_INVALID_ARGUMENT, "tensors.lse is NULL: the backward needs the forward's LSE");
+        if (const fmha_status status = check_dropout(p, t.dropout_seed_offset); status != FMHA_OK) return status;
         if (const fmha_status status = check_device(plan->device, entry.key.arch, entry.name); status != FMHA_OK)
             return status;
 
@@ -510,6 +529,24 @@ fmha_status fmha_append_kv(const fmha_kv_append* args, void* stream) {
         if (const hipError_t err = launch_kv_append(append_params(*args), dtype, static_cast<hipStream_t>(stream));
             err != hipSuccess)
             return fail(FMHA_RUNTIME_ERROR, std::string("launching the KV-cache append: ") + hipGetErrorString(err));
+        return FMHA_OK;
+    });
+}
+
+fmha_status fmha_dropout_mask(float dropout_p, const int64_t* seed_offset, int32_t batch, int32_t heads_q,
+                              int32_t seqlen_q, int32_t seqlen_kv, uint8_t* mask, void* stream) {
+    return guarded([&] {
+        if (!(dropout_p > 0.f && dropout_p < 1.f))
+            return fail(FMHA_INVALID_ARGUMENT, "dropout_p must be in (0, 1), got " + std::to_string(dropout_p));
+        if (!seed_offset || reinterpret_cast<uintptr_t>(seed_offset) % 8 != 0 || !mask)
+            return fail(FMHA_INVALID_ARGUMENT, "seed_offset (8-byte aligned) and mask must be device pointers");
+        if (batch <= 0 || heads_q <= 0 || seqlen_q <= 0 || seqlen_kv <= 0)
+            return fail(FMHA_INVALID_ARGUMENT, "batch, heads_q, seqlen_q and seqlen_kv must be positive");
+        const DropoutParams params{dropout_p, seed_offset};
+        if (const hipError_t err =
+                launch_dropout_mask(params, batch, heads_q, seqlen_q, seqlen_kv, mask, static_cast<hipStream_t>(stream));
+            err != hipSuccess)
+            return fail(FMHA_RUNTIME_ERROR, std::string("launching the dropout mask: ") + hipGetErrorString(err));
         return FMHA_OK;
     });
 }

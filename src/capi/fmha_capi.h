@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a signature changes; callers check it before anything. */
-#define FMHA_ABI_VERSION 3
+#define FMHA_ABI_VERSION 4
 
 typedef enum fmha_status {
     FMHA_OK = 0,
@@ -55,6 +55,10 @@ typedef struct fmha_problem {
     int32_t page_size;         /* paged KV cache (tensors.block_table): keys per page, a power of two from 16
                                   to 256; 0 = K and V laid out by their strides */
     int32_t max_pages_per_seq; /* paged: the block table's width, at least seqlen_kv / page_size rounded up */
+    /* v4: attention dropout's probability in [0, 1); 0 = off. Kept probabilities are scaled by
+     * 1 / (1 - p); the LSE is that of the undropped ones. The backward takes the forward's p,
+     * seed and offset and regenerates its mask. */
+    float dropout_p;
 } fmha_problem;
 
 /* Device pointers of one call. Q and O are [batch, heads_q, seqlen_q, head_dim] by their strides,
@@ -82,6 +86,9 @@ typedef struct fmha_tensors {
      * [pages, page_size, heads_kv, head_dim], their strides' batch field the stride between pages.
      * Where Q is packed, K and V are not: their lengths are seqlens_kv (cu_seqlens_kv may be NULL). */
     const int32_t* block_table;
+    /* v4: problem.dropout_p > 0: int64 [seed, offset] in device memory (8-byte aligned), the
+     * Philox key and counter offset of the dropout mask (fmha_dropout_mask); else NULL. */
+    const int64_t* dropout_seed_offset;
 } fmha_tensors;
 
 /* Device pointers of one backward call (fmha_backward): the forward's q, k, v, its output o and
@@ -101,6 +108,7 @@ typedef struct fmha_bwd_tensors {
     const int32_t* seqlens_kv;
     const float* lse;   /* the forward's: fp32 [batch, heads_q, seqlen_q] contiguous, -inf where a row sees no key */
     const float* d_lse; /* NULL, or the LSE's gradient, like lse */
+    const int64_t* dropout_seed_offset; /* v4: the forward's (problem.dropout_p > 0), else NULL */
 } fmha_bwd_tensors;
 
 /* A kernel chosen for a problem on a device, and the workspace bytes its launch needs. */
@@ -198,6 +206,13 @@ typedef struct fmha_kv_append {
  * The sizes, pointers and strides are checked first (FMHA_INVALID_ARGUMENT names the field);
  * the lengths, indices and table entries in device memory are checked by the kernel (error). */
 fmha_status fmha_append_kv(const fmha_kv_append* args, void* stream);
+
+/* v4, for tests and debugging: the dropout mask that kernels with this dropout_p and
+ * seed_offset (as in fmha_tensors) apply to a padded batch, uint8 [batch, heads_q, seqlen_q,
+ * seqlen_kv] contiguous in device memory, 1 where (query row i, key j) is kept. Asynchronous on
+ * `stream` of the current device. */
+fmha_status fmha_dropout_mask(float dropout_p, const int64_t* seed_offset, int32_t batch, int32_t heads_q,
+                              int32_t seqlen_q, int32_t seqlen_kv, uint8_t* mask, void* stream);
 
 #ifdef __cplusplus
 }

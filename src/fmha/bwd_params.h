@@ -44,6 +44,9 @@ struct BwdParams {
     // accumulator and D = rowsum(dO * O) per query row. Launches initialise it themselves.
     void* workspace;
     size_t workspace_bytes;
+
+    // The forward's dropout (same p, seed and offset): the kernel regenerates its mask.
+    DropoutParams dropout;
 };
 
 }  // namespace fmha

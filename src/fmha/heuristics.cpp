@@ -59,9 +59,11 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
         misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
     if (key.family == Family::mmaprefill) {
         if (const char* why = mmaprefill::declined_option(matrix_core(key.arch) == MatrixCore::wgmma,
-                                                          {p.softcap != 0.f, p.alibi, p.paged()}))
+                                                          {p.softcap != 0.f, p.alibi, p.paged(), p.dropout != 0.f, key.head_dim}))
             misfits.push_back(why);
     }
+    if (key.family != Family::mmaprefill && p.dropout != 0.f)
+        misfits.push_back("only the tensor-core prefill family (mmaprefill) applies dropout");
     if (!heads_fit(key.heads, p))
         misfits.push_back(std::string("its heads kind is ") + token(key.heads) + ", the problem's " + token(p.heads_kind()) +
                           " (h=" + std::to_string(p.heads_q) + ", h_kv=" + std::to_string(p.heads_kv) + ")" +

@@ -27,6 +27,14 @@ struct KeyWindow {
     static constexpr KeyWindow of(int left, int right) { return {left, right, left + right}; }
 };
 
+// Attention dropout (kernels/common/dropout.h): p = 0 is off. The Philox seed and offset are
+// read from device memory, int64 [seed, offset], where PyTorch's generator writes them (so
+// that a CUDA graph's replays draw fresh ones).
+struct DropoutParams {
+    float p;
+    const int64_t* seed_offset;
+};
+
 struct FwdParams {
     const void* q;
     const void* k;
@@ -86,6 +94,9 @@ struct FwdParams {
     // (and may be null) when it asks for none.
     void* workspace;
     size_t workspace_bytes;
+
+    // Dropout on the probabilities (the tensor-core prefill family only; others decline it).
+    DropoutParams dropout;
 };
 
 }  // namespace fmha

@@ -58,6 +58,7 @@ std::vector<std::string> Problem::validate() const {
         errors.push_back("window sides must be >= 0, or -1 for unbounded (got left " + std::to_string(mask.left) +
                          ", right " + std::to_string(mask.right) + ")");
     if (!std::isfinite(scale)) errors.push_back("softmax scale (-scale-bmm1) must be finite");
+    if (!(dropout >= 0.f && dropout < 1.f)) errors.push_back("dropout must be in [0, 1)");
     if (!std::isfinite(softcap) || softcap < 0.f)
         errors.push_back("softcap (-softcapping-scale-bmm1) must be a finite number >= 0 (0: off)");
     if (paged() && (page_size < 16 || page_size > 256 || (page_size & (page_size - 1)) != 0))
@@ -84,6 +85,7 @@ std::string Problem::describe() const {
     s << " scale=" << softmax_scale() << " layout=" << layout_token(layout);
     if (softcap != 0.f) s << " softcap=" << softcap;
     if (alibi) s << " alibi";
+    if (dropout != 0.f) s << " dropout=" << dropout;
     if (paged()) s << " paged-kv (pages of " << page_size << " keys)";
     return s.str();
 }
@@ -162,7 +164,11 @@ Params sized_params(const Problem& p) {
 
 }  // namespace
 
-BwdParams backward_shape_params(const Problem& p) { return sized_params<BwdParams>(p); }
+BwdParams backward_shape_params(const Problem& p) {
+    BwdParams params = sized_params<BwdParams>(p);
+    params.dropout.p = p.dropout;
+    return params;
+}
 
 FwdParams shape_params(const Problem& p) {
     const LayoutStrides s = layout_strides(p);
@@ -172,6 +178,7 @@ FwdParams shape_params(const Problem& p) {
     params.v_strides = s.v;
     params.o_strides = s.o;
     params.softcap = p.softcap;
+    params.dropout.p = p.dropout;
     params.page_size = p.page_size;
     params.total_q = int(p.total_q);
     params.total_kv = int(p.total_kv);

@@ -36,7 +36,8 @@ constexpr bool head_dim_fits(Family family, int kernel_head_dim, int head_dim) {
 }
 
 // Checks a kernel family's launcher runs before touching memory: the runtime problem must
-// match the kernel's compile-time tuple, and rows must allow 16-byte vector access.
+// match the kernel's compile-time tuple, and rows must allow 16-byte vector access. Dropout
+// only the tensor-core prefill family applies (its seed and offset in device memory).
 template <class Config>
 inline bool params_match(const FwdParams& p, Family family) {
     const bool head_dim_ok = head_dim_fits(family, Config::head_dim, p.head_dim);
@@ -48,7 +49,9 @@ inline bool params_match(const FwdParams& p, Family family) {
     };
     return heads_ok && head_dim_ok && p.batch > 0 && p.heads_q > 0 && p.seqlen_q > 0 &&
            p.seqlen_kv > 0 && p.window.left >= 0 && p.window.right >= 0 && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
-           aligned(p.v, p.v_strides) && aligned(p.o, p.o_strides);
+           aligned(p.v, p.v_strides) && aligned(p.o, p.o_strides) &&
+           (p.dropout.p == 0.f || (family == Family::mmaprefill && p.dropout.p > 0.f && p.dropout.p < 1.f &&
+                                   p.dropout.seed_offset != nullptr));
 }
 
 }  // namespace fmha

@@ -26,6 +26,7 @@ bool supports(const BwdParams& p) {
     const bool heads_ok = p.heads_kv > 0 && p.heads_q % p.heads_kv == 0;
     return heads_ok && p.head_dim == Config::head_dim && p.batch > 0 && p.batch <= 65535 && p.heads_kv <= 65535 &&
            p.seqlen_q > 0 && p.seqlen_kv > 0 && p.window.left >= 0 && p.window.right >= 0 && p.lse && p.workspace &&
+           (p.dropout.p == 0.f || (p.dropout.p > 0.f && p.dropout.p < 1.f && p.dropout.seed_offset)) &&
            p.workspace_bytes >= Workspace::bytes(p) && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
            aligned(p.v, p.v_strides) && aligned(p.o, p.o_strides) && aligned(p.d_o, p.d_o_strides) &&
            aligned(p.dq, p.dq_strides) && aligned(p.dk, p.dk_strides) && aligned(p.dv, p.dv_strides);

@@ -27,7 +27,8 @@ namespace mmaprefill {
 // declines (mmaprefill/limits.h), and a tile count the 1-D grid holds.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr || p.page_size != 0};
+    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr || p.page_size != 0,
+                                 p.dropout.p != 0.f, Config::head_dim};
     const bool packed_alike = (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);  // Q and K/V
     return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
            !declined_option(matrix_core(Config::arch) == MatrixCore::wgmma, options);
@@ -63,7 +64,7 @@ using Traits = WgmmaTraits<Config, kShortKeys, kServing>;
 inline constexpr int kShortKeysMax = 2048;
 
 // Calls fn(Traits{}) with the kernel the launch takes: the serving one where it asks for a
-// serving option (packed, softcapping, ALiBi), and the table's short-keys tile shape where the key
+// serving option (packed, softcapping, ALiBi) or dropout, and the table's short-keys tile shape where the key
 // range is short and the table has a distinct one (otherwise no kernel is built for it).
 template <class Config, bool kServing, class Fn>
 auto with_shape(const FwdParams& p, Fn&& fn) {

@@ -307,6 +307,32 @@ TEST(CApi, AppendChecksItsArguments) {
     EXPECT_EQ(error(), "device must be non-negative, got -1");
 }
 
+TEST(CApi, DropoutNeedsItsSeedAndOffset) {
+    alignas(16) static int64_t seed_offset[2] = {1, 2};
+    alignas(16) static uint8_t mask[16];
+    // The mask's checks come before any device is asked.
+    EXPECT_EQ(fmha_dropout_mask(1.f, seed_offset, 1, 1, 4, 4, mask, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("dropout_p must be in (0, 1)"), std::string::npos) << error();
+    EXPECT_EQ(fmha_dropout_mask(0.1f, nullptr, 1, 1, 4, 4, mask, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(fmha_dropout_mask(0.1f, seed_offset, 1, 0, 4, 4, mask, nullptr), FMHA_INVALID_ARGUMENT);
+    fmha_problem p = valid_problem();
+    p.dropout_p = 1.f;
+    fmha_plan plan{};
+    EXPECT_EQ(fmha_plan_forward(&p, 0, &plan, nullptr, 0), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("dropout must be in [0, 1)"), std::string::npos) << error();
+    const int32_t kernel = kernel_with("_fp16_d128_gqa_nomask_mmaprefill_");
+    if (kernel < 0) GTEST_SKIP() << "no fp16 d128 gqa tensor-core prefill kernel in this catalogue";
+    plan = fmha_plan{kernel, 0, 0};
+    fmha_tensors t = aligned_tensors();
+    p.dropout_p = 0.1f;
+    EXPECT_EQ(fmha_forward(&plan, &p, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("needs tensors.dropout_seed_offset"), std::string::npos) << error();
+    t.dropout_seed_offset = seed_offset;
+    const fmha_problem plain = valid_problem();
+    EXPECT_EQ(fmha_forward(&plan, &plain, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "tensors.dropout_seed_offset is given but problem.dropout_p is 0");
+}
+
 TEST(CApi, LastErrorIsPerThread) {
     fmha_problem p = valid_problem();
     p.batch = -1;

@@ -30,6 +30,7 @@ struct Case {
     bool varlen, lse;
     int layout;  // 0: [batch, heads, seq, d]; 1: [batch, seq, heads, d]; 2: packed [tokens, heads, d] (varlen)
     int blocks;  // the grid (blocks take tiles in rounds)
+    float dropout = 0.f;  // common/dropout.h: the reference applies the kernel's mask
 };
 
 template <class Config>
@@ -70,6 +71,9 @@ bool run(const Case& c, unsigned seed) {
     p.scale = 1.f / std::sqrt(float(d));
     p.window = KeyWindow::of(c.left < 0 ? c.skv : c.left, c.right < 0 ? c.sq : c.right);
     p.lse = c.lse ? lse.data() : nullptr;
+    const int64_t seed_offset[2] = {int64_t(uint64_t(seed) * 0x9E3779B97F4A7C15ull), int64_t(seed) << 40};
+    p.dropout = {c.dropout, c.dropout > 0 ? seed_offset : nullptr};
+    const Dropout dropout = Dropout::of(c.dropout, uint64_t(seed_offset[0]), uint64_t(seed_offset[1]));
     // As mmaprefill.h's tiling_of (whose header needs the HIP runtime) makes it for AMD.
     const PrefillTiling tiling = PrefillTiling::of(p, mmaprefill::MfmaTraits<Config>::kBlockRows, kMasked, 0, 0);
     const int blocks = int(std::min<int64_t>(tiling.units, c.blocks));
@@ -118,8 +122,11 @@ bool run(const Case& c, unsigned seed) {
                 for (int j = 0; j < lkv[b]; ++j) {
                     if (s[j] == -INFINITY) continue;
                     const double e = std::exp(s[j] - m);
-                    sum += e;
-                    for (int x = 0; x < d; ++x) out[x] += e * from16<kD>(v[at(p.v_strides, cu_kv, b, hk, j) + x]);
+                    sum += e;  // the undropped probabilities' sum (and LSE)
+                    const double z = c.dropout == 0.f ? 1.0
+                                     : dropout.keeps(dropout.row(int64_t(b) * c.hq + h, i), j) ? 1.0 / (1.0 - c.dropout)
+                                                                                                 : 0.0;
+                    for (int x = 0; x < d; ++x) out[x] += e * z * from16<kD>(v[at(p.v_strides, cu_kv, b, hk, j) + x]);
                 }
                 for (int x = 0; x < d; ++x) {
                     const double ref = sum > 0 ? out[x] / sum : 0.0;
@@ -134,10 +141,10 @@ bool run(const Case& c, unsigned seed) {
         }
     const double tolerance = kD == DType::fp16 ? 1e-2 : 3e-2;
     const bool ok = worst < tolerance && worst_lse < 1e-3 && untouched_bad == 0;
-    std::printf("%s d%d %s b%d h%d/%d s%d/%d window (%d, %d)%s%s layout %d, %d blocks for %lld tiles of %d head(s): "
+    std::printf("%s d%d %s b%d h%d/%d s%d/%d window (%d, %d)%s%s%s layout %d, %d blocks for %lld tiles of %d head(s): "
                 "max |error| %.1e, LSE %.1e, rows past a sequence written %d: %s\n",
                 kD == DType::fp16 ? "fp16" : "bf16", d, kMasked ? "causal" : "nomask", c.batch, c.hq, c.hkv, c.sq, c.skv,
-                c.left, c.right, c.varlen ? " varlen" : "", c.lse ? " lse" : "", c.layout, blocks, (long long)tiling.tiles,
+                c.left, c.right, c.varlen ? " varlen" : "", c.lse ? " lse" : "", c.dropout > 0 ? " dropout" : "", c.layout, blocks, (long long)tiling.tiles,
                 tiling.heads_per_tile, worst, worst_lse, untouched_bad, ok ? "OK" : "FAIL");
     return ok;
 }
@@ -169,6 +176,9 @@ int main() {
     ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({2, 4, 2, 70, 150, 5, 3, false, true, 1, 3}, 13);
     ok &= run<C<bf16, 128, mha, causal, Arch::gfx90a>>({4, 2, 2, 60, 90, -1, 7, true, true, 2, 2}, 14);
     ok &= run<C<fp16, 64, mha, causal, Arch::gfx908>>({1, 2, 2, 100, 40, 10, -1, false, true, 0, 2}, 15);
+    // Dropout: the kernel's mask (one Philox call per element here), LSE of the undropped sum.
+    ok &= run<C<fp16, 128, gqa, causal, Arch::gfx942>>({2, 4, 2, 70, 95, -1, 0, false, true, 1, 3, 0.25f}, 16);
+    ok &= run<C<bf16, 64, gqa, nomask, Arch::gfx90a>>({3, 4, 2, 40, 70, -1, -1, true, true, 2, 2, 0.1f}, 17);
     std::printf(ok ? "all cases match the reference\n" : "some cases FAILED\n");
     return ok ? 0 : 1;
 }

@@ -97,6 +97,7 @@ using namespace fmha;
 struct Case {
     int batch, hq, hkv, sq, skv, window;  // window: causal only (0: none)
     bool varlen, d_lse;
+    float dropout = 0.f;  // the forward's (common/dropout.h): the kernel regenerates its mask
 };
 
 template <class Kernel>
@@ -148,6 +149,8 @@ bool run(const Case& c, unsigned seed) {
     for (auto& x : d_lse) x = c.d_lse ? u(rng) : 0.f;
     std::vector<double> rq(nq, 0.0), rk(nkv, 0.0), rv(nkv, 0.0);
     const int group = c.hq / c.hkv;
+    const int64_t seed_offset[2] = {int64_t(uint64_t(seed) * 0x9E3779B97F4A7C15ull), int64_t(seed) << 33};
+    const Dropout dropout = Dropout::of(c.dropout, uint64_t(seed_offset[0]), uint64_t(seed_offset[1]));
     for (int b = 0; b < c.batch; ++b)
         for (int h = 0; h < c.hq; ++h) {
             const int hk = h / group;
@@ -171,9 +174,13 @@ bool run(const Case& c, unsigned seed) {
                 for (auto& e : p) sum += e == -INFINITY ? 0.0 : std::exp(e - m);
                 lse[row] = float(m + std::log(sum));
                 for (auto& e : p) e = e == -INFINITY ? 0.0 : std::exp(e - m) / sum;
+                // Z / (1 - p) per key: what multiplied V (1 without dropout).
+                std::vector<double> z(lkv[b], 1.0);
+                for (int j = 0; j < lkv[b] && c.dropout > 0; ++j)
+                    z[j] = dropout.keeps(dropout.row(int64_t(b) * c.hq + h, i), j) ? 1.0 / (1.0 - c.dropout) : 0.0;
                 std::vector<double> out(d, 0.0);
                 for (int j = 0; j < lkv[b]; ++j)
-                    for (int x = 0; x < d; ++x) out[x] += p[j] * value(v[at(skv, b, hk, j) + x]);
+                    for (int x = 0; x < d; ++x) out[x] += p[j] * z[j] * value(v[at(skv, b, hk, j) + x]);
                 double dd = 0;
                 for (int x = 0; x < d; ++x) {
                     o[at(sq, b, h, i) + x] = Numeric::pack(float(out[x]));
@@ -183,9 +190,9 @@ bool run(const Case& c, unsigned seed) {
                     if (p[j] == 0.0) continue;
                     double dp = 0;
                     for (int x = 0; x < d; ++x) dp += value(d_o[at(sq, b, h, i) + x]) * value(v[at(skv, b, hk, j) + x]);
-                    const double ds = p[j] * (dp - dd + d_lse[row]);
+                    const double ds = p[j] * (dp * z[j] - dd + d_lse[row]);
                     for (int x = 0; x < d; ++x) {
-                        rv[at(skv, b, hk, j) + x] += p[j] * value(d_o[at(sq, b, h, i) + x]);
+                        rv[at(skv, b, hk, j) + x] += p[j] * z[j] * value(d_o[at(sq, b, h, i) + x]);
                         rq[at(sq, b, h, i) + x] += scale * ds * value(k[at(skv, b, hk, j) + x]);
                         rk[at(skv, b, hk, j) + x] += scale * ds * value(q[at(sq, b, h, i) + x]);
                     }
@@ -202,6 +209,7 @@ bool run(const Case& c, unsigned seed) {
     p.batch = c.batch, p.heads_q = c.hq, p.heads_kv = c.hkv, p.seqlen_q = c.sq, p.seqlen_kv = c.skv, p.head_dim = d;
     p.seqlens_q = c.varlen ? lq.data() : nullptr, p.seqlens_kv = c.varlen ? lkv.data() : nullptr;
     p.scale = float(scale), p.window = KeyWindow::of(window - 1, kCausal ? 0 : c.sq);  // causal: keys up to the diagonal
+    p.dropout = {c.dropout, c.dropout > 0 ? seed_offset : nullptr};
     std::vector<float> workspace(mmabwd::Workspace::bytes(p) / 4, 12345.f);  // garbage: the launch initialises it
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * 4;
 
@@ -231,6 +239,7 @@ bool run(const Case& c, unsigned seed) {
     std::printf("%s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
                 ok ? "ok  " : "FAIL", kD == DType::fp16 ? "fp16" : "bf16", d, c.batch, c.hq, c.hkv, c.sq, c.skv,
                 kCausal ? window : 0, c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "", eq, ek, ev);
+    if (c.dropout > 0) std::printf("     (dropout %.2f)\n", c.dropout);
     return ok;
 }
 
@@ -244,6 +253,9 @@ int main() {
     ok &= run<Cfg<DType::fp16, 64, Mask::nomask>>({2, 3, 3, 65, 129, 0, true, false}, 3);  // per-sequence lengths
     ok &= run<Cfg<DType::bf16, 128, Mask::causal>>({1, 3, 1, 45, 150, 20, false, false}, 4);  // MQA, window
     ok &= run<Cfg<DType::fp16, 128, Mask::nomask>>({1, 2, 2, 70, 31, 0, false, true}, 5);
+    // Dropout: the mask regenerated from the forward's seed and offset.
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({2, 4, 2, 45, 77, 0, false, true, 0.3f}, 6);
+    ok &= run<Cfg<DType::bf16, 128, Mask::nomask>>({1, 2, 1, 40, 70, 0, true, false, 0.2f}, 7);
     std::printf("%s\n", ok ? "all cases match the reference" : "SOME CASES FAILED");
     return ok ? 0 : 1;
 }

@@ -30,16 +30,16 @@ def _load():
 
 def test_python_binding_mirrors_the_c_structs():
     # The sizes src/capi/fmha_capi.cpp asserts for the C structs.
-    assert ctypes.sizeof(_library.Problem) == 64
+    assert ctypes.sizeof(_library.Problem) == 68
     assert ctypes.sizeof(_library.Plan) == 16
-    assert ctypes.sizeof(_library.Tensors) == 192
-    assert _library.BWD_TENSORS.size == 288  # fmha_bwd_tensors (fmha_capi.cpp asserts the same)
+    assert ctypes.sizeof(_library.Tensors) == 200
+    assert _library.BWD_TENSORS.size == 296  # fmha_bwd_tensors (fmha_capi.cpp asserts the same)
     assert _library.Tensors.seqlens_q.offset == 128 and _library.Tensors.cu_seqlens_q.offset == 152
-    assert _library.Tensors.alibi_slopes.offset == 176
+    assert _library.Tensors.alibi_slopes.offset == 176 and _library.Tensors.dropout_seed_offset.offset == 192
     # The hot path packs fmha_tensors with struct: the same bytes as the ctypes struct.
     pointers, strides = [16 * i for i in range(1, 5)], list(range(-8, 88, 8))
-    packed = _library.TENSORS.pack(*pointers, *strides, 80, 0, 96, 112, 128, 7, 9, 144, 160)
-    assert packed == bytes(_library.Tensors(*pointers, *strides, 80, None, 96, 112, 128, 7, 9, 144, 160))
+    packed = _library.TENSORS.pack(*pointers, *strides, 80, 0, 96, 112, 128, 7, 9, 144, 160, 176)
+    assert packed == bytes(_library.Tensors(*pointers, *strides, 80, None, 96, 112, 128, 7, 9, 144, 160, 176))
 
 
 def test_python_binding_lists_the_catalogue_of_fmha_exe():
@@ -62,7 +62,7 @@ def test_python_binding_reports_errors():
     good = _library.Problem(_library.FP16, 2, 8, 2, 1, 64, 128, 0, -1, -1, 0.0)
     # The hot path's typed launch (addresses, packed tensors) reaches the C checks.
     stale = _library.Plan(-1, 0, 0)
-    status = library.launch(ctypes.addressof(stale), ctypes.addressof(good), _library.TENSORS.pack(*[0] * 25), None, 0,
+    status = library.launch(ctypes.addressof(stale), ctypes.addressof(good), _library.TENSORS.pack(*[0] * 26), None, 0,
                             None)
     assert status == _library.INVALID_ARGUMENT and "plan.kernel -1 is not in" in library.last_error()
     try:

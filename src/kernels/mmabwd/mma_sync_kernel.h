@@ -7,11 +7,15 @@
 // need no atomics), and the block's dQ += dS K is added into the fp32 workspace. The scale is
 // applied to dK at its store and to dQ by the convert kernel. A step's Q, dO, LSE and D sit in
 // one of two shared-memory stages: the next step's are copied while this one computes.
+// Dropout regenerates the forward's mask Z (common/dropout.h) and follows FlashAttention-2's
+// backward: with P_d = P Z / (1 - p) what multiplied V, dV += P_d^T dO and
+// dS^T = P^T (Z dP^T / (1 - p) - D), D = rowsum(dO * O) as without it.
 #pragma once
 
 #include <hip/hip_runtime.h>
 
 #include "fmha/bwd_params.h"
+#include "kernels/common/dropout.h"
 #include "kernels/common/mask.h"
 #include "kernels/common/memory.h"
 #include "kernels/common/sequence.h"
@@ -73,6 +77,8 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
     const int len_kv = sequence_length(p.seqlens_kv, nullptr, batch, p.seqlen_kv);
     const KeyMask<kMasked> mask = KeyMask<kMasked>::of(len_q, len_kv, p.window);
     const float scale_log2 = p.scale * kLog2e;
+    const bool dropping = p.dropout.p != 0.f;
+    const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
 
     // The query rows that see some key of the block (mask.h: row i sees key j iff
     // i + offset - left <= j <= i + offset + right), [q_lo, q_hi).
@@ -152,7 +158,26 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
             }
         }
 
-        // P^T and dS^T in place of S^T and dP^T (C layout: key g (+8), queries 2t, 2t + 1).
+        // Dropout's keep bits, bit 4n + c for element [n][c]: query row q0 + 8n + 2t + c % 2's
+        // Philox call for the warp's 16-key block holds keys g and g + 8 (words 2 (c / 2) + g % 2).
+        uint64_t kept = ~uint64_t(0);
+        if (dropping) {
+            static_assert(kQueryTiles8 * 4 <= 64, "dropout's keep bits: one 64-bit word per step");
+            kept = 0;
+            const int64_t stream = int64_t(batch) * p.heads_q + st.head;
+#pragma unroll
+            for (int n = 0; n < kQueryTiles8; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const PhiloxWords words = dropout.randoms(dropout.row(stream, q0 + 8 * n + 2 * t + e), key0 + 16 * warp + 2 * (g / 2));
+#pragma unroll
+                    for (int half = 0; half < 2; ++half)
+                        kept |= uint64_t(dropout.keeps(words.w[2 * half + g % 2])) << (4 * n + 2 * half + e);
+                }
+        }
+        const float keep_scale = dropping ? dropout.keep_scale : 1.f;
+
+        // P_d^T and dS^T in place of S^T and dP^T (C layout: key g (+8), queries 2t, 2t + 1).
 #pragma unroll
         for (int n = 0; n < kQueryTiles8; ++n) {
 #pragma unroll
@@ -160,8 +185,9 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
                 const int key = key0 + 16 * warp + g + 8 * (c / 2), row = n * 8 + 2 * t + c % 2;
                 const bool seen = key < len_kv && (!kMasked || mask.sees(q0 + row, key));
                 const float prob = seen ? exp2f(s[n][c] * scale_log2 - s_lse[row]) : 0.f;
-                s[n][c] = prob;
-                dp[n][c] = prob * (dp[n][c] - s_d[row]);
+                const float keep = (kept >> (4 * n + c)) & 1u ? keep_scale : 0.f;  // Z / (1 - p)
+                s[n][c] = prob * keep;
+                dp[n][c] = prob * (dp[n][c] * keep - s_d[row]);
             }
         }
 

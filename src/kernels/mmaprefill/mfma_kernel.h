@@ -18,6 +18,9 @@
 // The epilogue divides each lane's O^T column (one query row, 4 head-dim values per register
 // group) by its row sum and stores the rows that exist, 8 bytes at a time; the natural-log LSE
 // of each row goes to p.lse if asked. docs/mmaprefill.md holds it against the Hopper loop.
+// Dropout (common/dropout.h) zeroes probabilities after the softmax has summed them, one
+// Philox call per element (the transposed layout holds no four of one call's columns), and
+// the epilogue scales O by 1 / (1 - p).
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -25,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/common/dropout.h"
 #include "kernels/common/fragment_softmax.h"
 #include "kernels/common/rows.h"
 #include "kernels/common/tile_schedule.h"
@@ -32,6 +36,7 @@
 #include "kernels/group.h"
 #include "kernels/mma/mfma.h"
 #include "kernels/mmaprefill/key_tiles.h"
+#include "kernels/mmaprefill/limits.h"
 #include "kernels/mmaprefill/tiles.h"
 #include "kernels/numeric.h"
 
@@ -94,6 +99,9 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
     const int half = lane / mfma::kBlock;  // the lane holds items 4 half .. 4 half + 3 of each k step
     const float scale_log2 = p.scale * kLog2e;
     const auto row_of = [](int) { return 0; };
+    const bool dropping = T::kHeadDim <= kDropoutMaxHeadDim && p.dropout.p != 0.f;
+    const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
+    Dropout::Row dropout_row{};  // this lane's row's counter words
 
     mfma::Accumulator o[T::kDimBlocks];  // O^T: 32 head-dim rows x this wave's 32 query rows each
     mfma::Operand q[T::kDimSteps];       // Q^T as the B operand of K.Q^T, for the whole work tile
@@ -176,6 +184,19 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         }
         float rescale[1];
         softmax.update(s, scale_log2, rescale, row_of);
+        if (dropping) {  // keep bits first: a loop of one Philox call per element, then the selects
+            constexpr int kElements = T::kKeyBlocks * mfma::kAccumulators;
+            static_assert(kElements <= 64, "dropout's keep bits: one 64-bit word per key tile");
+            const int k0 = keys.first_key(i, T::kBlockKeys);
+            uint64_t kept = 0;
+#pragma unroll 1
+            for (int e = 0; e < kElements; ++e) {
+                const int key = k0 + e / mfma::kAccumulators * mfma::kBlock + mfma::d_element(lane, e % mfma::kAccumulators).row;
+                kept |= uint64_t(dropout.keeps(dropout_row, key)) << e;
+            }
+#pragma unroll
+            for (int e = 0; e < kElements; ++e) s[e] = (kept >> e) & 1u ? s[e] : 0.f;
+        }
 #pragma unroll
         for (int c = 0; c < T::kDimBlocks; ++c) o[c] *= rescale[0];
         // P^T as the B operand of k step `step` (keys 8 step .. 8 step + 7 of the tile).
@@ -203,6 +224,9 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         {
             const int position[1] = {position_of(row)};
             keys = KeyTiles<kMasked, 1>::of(work, tiling, row0, mfma::kBlock, p.window, position, T::kBlockKeys);
+            if (dropping)
+                dropout_row = dropout.row(int64_t(work.tile.batch) * p.heads_q + work.tile.head0 + row / tiling.rows_per_head,
+                                          position[0]);
         }
         softmax.init();
 #pragma unroll
@@ -245,7 +269,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
 
         // ---- epilogue: normalise; store the rows that exist (a row that saw no key: zeros).
         const float total = softmax.total(0);
-        const float inverse = total > 0.f ? 1.f / total : 0.f;
+        const float inverse = total > 0.f ? (dropping ? dropout.keep_scale : 1.f) / total : 0.f;
         if (row_exists(row)) {
             const int head = work.tile.head0 + row / tiling.rows_per_head;
             if (p.lse && half == 0) p.lse[lse_index(p, work.tile.batch, head, position_of(row))] = softmax.lse(0, total);

@@ -18,7 +18,9 @@
 //   (each issues its two GEMMs in turn), so one's softmax runs under the others' GEMMs.
 // The epilogue normalises O, stages it in shared memory (its own buffer where it fits, else
 // the warpgroup's Q rows) and writes whole 16-byte chunks of the rows that exist; the
-// natural-log LSE of each row goes to p.lse if asked.
+// natural-log LSE of each row goes to p.lse if asked. Dropout (the serving kernel's option:
+// common/dropout.h) zeroes probabilities after the softmax has summed them, and the epilogue
+// scales O by 1 / (1 - p).
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -27,6 +29,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/dropout.h"
 #include "kernels/common/fragment_softmax.h"
 #include "kernels/common/rows.h"
 #include "kernels/common/scoring.h"
@@ -34,6 +37,7 @@
 #include "kernels/config.h"
 #include "kernels/mma/wgmma.h"
 #include "kernels/mmaprefill/key_tiles.h"
+#include "kernels/mmaprefill/limits.h"
 #include "kernels/mmaprefill/tiles.h"
 #include "platform/hip_on_cuda/hopper.h"
 
@@ -41,8 +45,8 @@ namespace fmha {
 namespace mmaprefill {
 
 // kShortKeys: the tile table's shape for launches whose rows see few keys; kServing: the kernel
-// takes the serving options it has (packed batches, softcapping, ALiBi); launches without any
-// run the kernel compiled without them, whose code does not change with them.
+// takes the run-time options it has (packed batches, softcapping, ALiBi, dropout); launches
+// without any run the kernel compiled without them, whose code does not change with them.
 template <class Config, bool kShortKeys_, bool kServing_>
 struct WgmmaTraits {
     static constexpr TileShape kShape = tile_shape<MatrixCore::wgmma>(Config::head_dim, Config::mask == Mask::causal,
@@ -190,6 +194,9 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     FragmentScoring<2> scoring;
     const bool capped = kServing && p.softcap != 0.f, biased = kServing && p.alibi_slopes != nullptr;
     if constexpr (kServing) scoring.init(p.scale, p.softcap);
+    // Dropout (kServing). Nothing of it is held through the main loop (there the d128 kernel
+    // spills): the generator's state and the rows' numbers are loaded per key tile.
+    const bool dropping = kServing && T::kHeadDim <= kDropoutMaxHeadDim && p.dropout.p != 0.f;
 
     float o[T::kHeadDim / 2];
     float s[T::kBlockKeys / 2];
@@ -263,6 +270,43 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
             if (biased) return step(std::false_type{}, std::true_type{});
         }
         return step(std::false_type{}, std::false_type{});
+    };
+    // Dropout on key tile i's packed probabilities (16-bit halves of P.V's A operand: element
+    // e is half e % 2 of probabilities[e / 8][e % 8 / 2]), once no wgmma runs and the scores'
+    // registers are free. Where the tile starts on a 16-key boundary (every tile of a sequence
+    // whose length is a multiple of 16) each Philox call serves four of the thread's elements
+    // (common/dropout.h), two halves of two words; elsewhere one element, keep bits first.
+    auto drop_probabilities = [&](int i) {
+        static_assert(T::kBlockKeys / 2 <= 64, "dropout's keep bits: one 64-bit word per key tile");
+        const int k0 = keys.first_key(i, T::kBlockKeys), t = thread % 4;
+        const Dropout dropout = Dropout::of(p.dropout);
+        const Work& placed = placements[threadIdx.x / 32 - 4];  // the work tile (this warp's copy)
+        Dropout::Row rows[2];  // the thread's two rows: stream b * heads_q + h, and position
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + wgmma::accumulator_position(thread, 2 * h).row;
+            rows[h] = dropout.row(int64_t(placed.tile.batch) * p.heads_q + placed.tile.head0 + row / tiling.rows_per_head,
+                                  placed.tile.position0 + row % tiling.rows_per_head);
+        }
+        const auto halves = [&](bool low, bool high) { return (low ? 0xFFFFu : 0u) | (high ? 0xFFFF0000u : 0u); };
+        if (k0 % 16 == 0) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int m = 0; m < T::kBlockKeys / 16; ++m) {  // key 16 m + 8 c + 2 t + e: word w = 2 c + e
+                    const PhiloxWords words = dropout.randoms(rows[h], k0 + 16 * m + 2 * t);
+                    probabilities[m][h] &= halves(dropout.keeps(words.w[0]), dropout.keeps(words.w[1]));
+                    probabilities[m][2 + h] &= halves(dropout.keeps(words.w[2]), dropout.keeps(words.w[3]));
+                }
+            return;
+        }
+        uint64_t kept = 0;
+#pragma unroll 1
+        for (int e = 0; e < T::kBlockKeys / 2; ++e)
+            kept |= uint64_t(dropout.keeps(wgmma::row_half(e) ? rows[1] : rows[0], k0 + 8 * (e / 4) + 2 * t + e % 2)) << e;
+#pragma unroll
+        for (int e = 0; e < T::kBlockKeys / 2; e += 2)
+            probabilities[e / 8][e % 8 / 2] &= halves((kept >> e) & 1u, (kept >> (e + 1)) & 1u);
     };
     // Masked keys of key tile i get -inf.
     auto apply_mask = [&](int i) {
@@ -365,6 +409,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                     softmax.update(s, softmax_scale(kCapped, kBiased), rescale, row_of);
                 });
                 pack_probabilities();
+                if (dropping) drop_probabilities(keys.begin);
 
                 // Key tile i's scores and tile i-1's P.V, issued together; O is rescaled in
                 // between. Straight-line code from the issue to the last wait, the mask chosen
@@ -391,6 +436,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                     pin_probabilities();
                     hopper::barrier_arrive_if(pipe.v_empty(previous), leader);
                     pack_probabilities();
+                    if (dropping) drop_probabilities(i);
                 };
                 for (int i = keys.begin + 1; i < keys.end; ++i) {
                     with_scoring([&](auto kCapped, auto kBiased) {
@@ -409,7 +455,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     total[h] = softmax.total(h);
-                    inverse[h] = total[h] > 0.f ? __fdividef(1.f, total[h]) : 0.f;
+                    inverse[h] = total[h] > 0.f ? __fdividef(dropping ? 1.f / (1.f - p.dropout.p) : 1.f, total[h]) : 0.f;
                 }
                 hopper::wgmma_wait<0>();
                 hopper::pin_registers(o);

@@ -1,0 +1,208 @@
+"""Dropout on the kernels (fmha._dropout, kernels/common/dropout.h): the device's mask against a
+plain Python Philox, the keep rate within its statistical bound, forward and gradients against an
+fp64 reference that applies the kernels' own mask (FlashAttention's rule: error at most twice
+PyTorch's in the same dtype), reproducibility under torch.manual_seed, CUDA graphs, and the
+module. The pure-Python part runs anywhere; the rest skips without PyTorch or a GPU."""
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+_REPO = Path(__file__).resolve().parents[2]
+
+try:
+    import torch
+except ImportError as error:
+    torch = None
+    _NO_TORCH = f"PyTorch is not installed in {sys.executable} ({error}); the device machine has it"
+else:
+    _NO_TORCH = ""
+needs_cuda = pytest.mark.skipif(torch is None or not torch.cuda.is_available(),
+                                reason=_NO_TORCH or "PyTorch sees no CUDA GPU")
+if torch is not None:
+    sys.path.append(str(_REPO / "python"))
+
+
+# ---------------------------------------------------------------- the generator, in plain Python
+
+_M32 = 0xFFFFFFFF
+
+
+def _philox(counter, key):
+    """Philox4x32-10 (Random123's philox4x32_10), written from the paper's round function."""
+    c, (k0, k1) = list(counter), key
+    for round_ in range(10):
+        if round_:
+            k0, k1 = (k0 + 0x9E3779B9) & _M32, (k1 + 0xBB67AE85) & _M32
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & _M32, (p0 >> 32) ^ c[3] ^ k1, p0 & _M32]
+    return c
+
+
+def _keeps(p, seed, offset, stream, i, j):
+    """Whether the kernels keep element (row i, key j) of stream b * heads + h (dropout.h's map:
+    call (j / 16 * 4 + j / 2 % 4, i, offset + stream), word j / 8 % 2 * 2 + j % 2)."""
+    counter = (offset + stream) % 2**64
+    words = _philox(((j >> 4) * 4 + ((j >> 1) & 3), i, counter & _M32, counter >> 32), (seed & _M32, seed >> 32))
+    return words[((j >> 3) & 1) * 2 + (j & 1)] >= int(p * 2**32)
+
+
+def test_python_philox_matches_known_answers():
+    assert _philox((0, 0, 0, 0), (0, 0)) == [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]
+    assert _philox((_M32,) * 4, (_M32, _M32)) == [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]
+    assert _philox((0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), (0xa4093822, 0x299f31d0)) == [
+        0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
+
+
+# ---------------------------------------------------------------- on the device
+
+def _seed_offset(seed):
+    """The [seed, offset] a call draws after torch.manual_seed(seed) (fmha._dropout)."""
+    from fmha import _dropout
+    torch.manual_seed(seed)
+    return _dropout.seed_offset("cuda")
+
+
+def _mask(p, seed_offset, q, k):
+    from fmha import _dropout
+    return _dropout.mask(p, seed_offset, q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+
+
+@needs_cuda
+def test_device_mask_matches_python_philox():
+    from fmha import _dropout
+    p = 0.3
+    seed_offset = torch.tensor([-0x123456789abcdef, 2**40 + 5], dtype=torch.int64, device="cuda")
+    mask = _dropout.mask(p, seed_offset, 2, 3, 5, 37).cpu()
+    seed, offset = (x % 2**64 for x in seed_offset.tolist())
+    expected = torch.tensor([[[[_keeps(p, seed, offset, b * 3 + h, i, j) for j in range(37)] for i in range(5)]
+                              for h in range(3)] for b in range(2)])
+    assert torch.equal(mask, expected)
+
+
+@needs_cuda
+def test_keep_rate_within_six_sigma():
+    p = 0.1
+    mask = _mask(p, _seed_offset(3), torch.empty(2, 512, 8, 1), torch.empty(2, 1024, 8, 1))
+    n = mask.numel()
+    kept = mask.sum().item()
+    assert abs(kept - n * (1 - p)) <= 6 * math.sqrt(n * p * (1 - p)), (kept, n)
+
+
+def _reference(q, k, v, keep, p, causal, dtype):
+    """Attention with the mask applied, in dtype: out [b, s_q, h, d]."""
+    group = q.shape[2] // k.shape[2]
+    qh, kh, vh = (t.transpose(1, 2).to(dtype) for t in (q, k, v))
+    kh, vh = kh.repeat_interleave(group, dim=1), vh.repeat_interleave(group, dim=1)
+    scores = torch.matmul(qh, kh.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        sq, skv = q.shape[1], k.shape[1]
+        i = torch.arange(sq, device=q.device).unsqueeze(1)
+        j = torch.arange(skv, device=q.device).unsqueeze(0)
+        scores = scores.masked_fill(j > i + skv - sq, float("-inf"))
+    probabilities = torch.softmax(scores, dim=-1)
+    probabilities = torch.where(torch.isnan(probabilities), torch.zeros_like(probabilities), probabilities)
+    out = torch.matmul(probabilities * keep.to(dtype) / (1 - p), vh)
+    return out.transpose(1, 2)
+
+
+def _assert_flash_rule(ours, reference, pytorch, what):
+    error = (ours.double() - reference.double()).abs().max().item()
+    theirs = (pytorch.double() - reference.double()).abs().max().item()
+    assert not torch.isnan(ours).any(), f"{what} has NaN"
+    assert error <= 2 * theirs + 1e-5, f"{what}: max error {error:.3g} > 2 x PyTorch's {theirs:.3g}"
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal", [
+    (2, 256, 256, 4, 4, 128, False),   # key tiles on 16-key boundaries: four elements a Philox call
+    (2, 256, 256, 4, 2, 128, True),    # GQA, causal
+    (2, 77, 113, 6, 2, 128, True),     # odd lengths: tiles off 16-key boundaries
+    (1, 150, 95, 4, 1, 128, False),    # MQA, more queries than keys
+])
+def test_dropout_forward_and_gradients_match_the_masked_reference(dtype, batch, seqlen_q, seqlen_kv, heads, heads_kv,
+                                                                  head_dim, causal):
+    import fmha
+    from fmha import _backward
+    p = 0.2
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    torch.manual_seed(7)
+    q = torch.randn(batch, seqlen_q, heads, head_dim, dtype=dt, device="cuda")
+    k, v = (torch.randn(batch, seqlen_kv, heads_kv, head_dim, dtype=dt, device="cuda") for _ in range(2))
+    grad = torch.randn_like(q)
+    assert _backward.kernel_name(q, k, head_dim ** -0.5, -1, 0 if causal else -1, p), "no backward kernel"
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    seed_offset = _seed_offset(11)
+    torch.manual_seed(11)  # the call draws the same seed and offset
+    out = fmha.flash_attn_func(*leaves, dropout_p=p, causal=causal, strict=True)
+    ours = torch.autograd.grad(out, leaves, grad)
+    keep = _mask(p, seed_offset, q, k)
+    dropped = 1 - keep.float().mean().item()
+    assert 0.1 < dropped < 0.3, dropped  # the mask is live
+    results = {}
+    for ref_dtype in (torch.float64, dt):
+        inputs = [t.to(ref_dtype).requires_grad_() for t in (q, k, v)]
+        result = _reference(*inputs, keep, p, causal, ref_dtype)
+        results[ref_dtype] = (result,) + torch.autograd.grad(result, inputs, grad.to(ref_dtype))
+    for index, what in enumerate(("out", "dq", "dk", "dv")):
+        mine = out if index == 0 else ours[index - 1]
+        _assert_flash_rule(mine, results[torch.float64][index], results[dt][index], f"{dtype} {what}")
+    # Forward only (no autograd): the same kernel, the same mask.
+    torch.manual_seed(11)
+    with torch.no_grad():
+        again = fmha.flash_attn_func(q, k, v, dropout_p=p, causal=causal, strict=True)
+    assert torch.equal(again, out.detach())
+
+
+@needs_cuda
+def test_same_seed_same_result_other_seed_other_mask():
+    import fmha
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 128, 4, 128, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    outs = []
+    for seed in (5, 5, 6):
+        torch.manual_seed(seed)
+        outs.append(fmha.flash_attn_func(q, k, v, dropout_p=0.25, strict=True))
+    assert torch.equal(outs[0], outs[1])
+    assert not torch.equal(outs[0], outs[2])
+    masks = [_mask(0.25, _seed_offset(seed), q, k) for seed in (5, 6)]
+    assert (masks[0] != masks[1]).float().mean().item() > 0.2
+    # Without dropout the kernel's output is unchanged by the seed.
+    plain = [fmha.flash_attn_func(q, k, v, strict=True) for _ in range(2)]
+    assert torch.equal(plain[0], plain[1])
+
+
+@needs_cuda
+def test_dropout_in_a_cuda_graph_draws_fresh_masks():
+    import fmha
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 128, 2, 128, dtype=torch.float16, device="cuda") for _ in range(3))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up: the library and the plan, outside the capture
+        fmha.flash_attn_func(q, k, v, dropout_p=0.5, strict=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fmha.flash_attn_func(q, k, v, dropout_p=0.5, strict=True)
+    graph.replay()
+    first = out.clone()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.isfinite(first).all() and not torch.equal(first, out)
+
+
+@needs_cuda
+def test_module_trains_with_the_kernels_dropout():
+    import fmha
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 96, 4, 128, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    module = fmha.FlashAttention(attention_dropout=0.3).train()
+    torch.manual_seed(9)
+    trained = module(q, k, v)
+    torch.manual_seed(9)
+    assert torch.equal(trained, fmha.flash_attn_func(q, k, v, dropout_p=0.3, strict=True))
+    module.eval()
+    assert torch.equal(module(q, k, v), fmha.flash_attn_func(q, k, v, strict=True))
