@@ -10,10 +10,12 @@ through PyTorch's SDPA cuDNN and flash backends (the peers). Reported: milliseco
 alternating rounds), the packed call's ratio to the dense calls, and the memory the packed call
 allocates beyond its inputs, as a multiple of its output.
 
-Scoring options: fmha.exe on the issue's shapes with and without -softcapping-scale-bmm1 /
--alibi, TFLOP/s and the ratio (its checks must say SUCCESS).
+Scoring options and paged KV: fmha.exe on the issue's shapes with and without
+-softcapping-scale-bmm1 / -alibi / -paged-kv (pages of 16, 64, 256, shuffled), TFLOP/s and the
+ratio (its checks must say SUCCESS).
 
     python3 benchmarks/serving_prefill.py [--fmha bin/fmha.exe] [--out results.md] [--rounds N]
+                                          [--parts packed options paged]
 """
 import argparse
 import datetime
@@ -46,6 +48,24 @@ OPTION_CASES = [
     ("d64 b4 s2k", ["-b", "4", "-h", "16", "-s", "2048", "-d", "64"], ["-softcapping-scale-bmm1", "30", "-alibi"]),
     ("d128 b2 s8k GQA 32/8", ["-b", "2", "-h", "32", "-gqa", "8", "-s", "8192", "-d", "128"], ["-alibi"]),
 ]
+
+
+def _paged(page):
+    return ["-paged-kv", "-page-size", str(page)]
+
+
+# Paged KV against the same shape contiguous (fmha.exe shuffles the pages): chunked prefill (a
+# chunk of new queries, bottom-right causal, against a long cache) and the FA3 sweep's causal shapes.
+_CHUNKED = [("chunk 512 vs 8k keys, b4 GQA 32/8 d128", ["-b", "4", "-h", "32", "-gqa", "8", "-s-q", "512", "-s", "8192"]),
+            ("chunk 1024 vs 16k keys, b2 GQA 32/8 d128", ["-b", "2", "-h", "32", "-gqa", "8", "-s-q", "1024", "-s", "16384"]),
+            ("chunk 2048 vs 32k keys, b1 GQA 32/8 d128", ["-b", "1", "-h", "32", "-gqa", "8", "-s-q", "2048", "-s", "32768"])]
+_SWEEP_CAUSAL = [("sweep d64 s8k causal", ["-b", "2", "-h", "32", "-s", "8192", "-d", "64"]),
+                 ("sweep d128 s2k causal", ["-b", "8", "-h", "16", "-s", "2048"]),
+                 ("sweep d128 s8k causal", ["-b", "2", "-h", "16", "-s", "8192"]),
+                 ("sweep d256 s4k causal", ["-b", "4", "-h", "8", "-s", "4096", "-d", "256"])]
+PAGED_CASES = [(name, flags + ["-d", "128", "-causal-mask", "-bf16"] if "-d" not in flags else flags + ["-causal-mask", "-bf16"],
+                _paged(page))
+               for name, flags in _CHUNKED + _SWEEP_CAUSAL for page in (16, 64, 256)]
 
 
 def packed_rows(mix, rounds, runs):
@@ -117,20 +137,22 @@ def main():
     parser.add_argument("--out", default=None)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--parts", nargs="+", choices=("packed", "options", "paged"), default=("packed", "options", "paged"))
     args = parser.parse_args()
     import torch
     lines = [f"Serving prefill, {torch.cuda.get_device_name()} ({socket.gethostname()}), "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}; "
-             f"`python3 benchmarks/serving_prefill.py {' '.join(sys.argv[1:])}`", "",
-             "| packed mix (fp16) | sequences | tokens | packed ms | dense calls ms | packed / dense | "
-             "cuDNN dense ms | FA2 dense ms | packed call's allocation / output |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for mix in MIXES:
+             f"`python3 benchmarks/serving_prefill.py {' '.join(sys.argv[1:])}`"]
+    if "packed" in args.parts:
+        lines += ["", "| packed mix (fp16) | sequences | tokens | packed ms | dense calls ms | packed / dense | "
+                  "cuDNN dense ms | FA2 dense ms | packed call's allocation / output |", "|---|---|---|---|---|---|---|---|---|"]
+    for mix in MIXES if "packed" in args.parts else []:
         lines.append(packed_rows(mix, args.rounds, args.runs))
         print(lines[-1], flush=True)
     lines += ["", "| shape (fmha.exe) | options | plain TFLOP/s | with options | ratio | kernel | checks |",
               "|---|---|---|---|---|---|---|"]
-    for name, base, options in OPTION_CASES:
+    cases = (OPTION_CASES if "options" in args.parts else []) + (PAGED_CASES if "paged" in args.parts else [])
+    for name, base, options in cases:
         plain, log_plain = fmha_tflops(args.fmha, base)
         scored, log_scored = fmha_tflops(args.fmha, base + options)
         if plain is None or scored is None:
