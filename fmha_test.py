@@ -37,8 +37,8 @@ def _import_tests(path):
     return {name: value for name, value in vars(module).items() if name.startswith("test_")}
 
 
-# The Python package's tests: its ctypes binding (no PyTorch needed) and its API (PyTorch, GPU).
-for _module in ("test_library.py", "test_torch_api.py"):
+# The Python package's tests: its ctypes binding (no PyTorch needed), its API and dropout (PyTorch, GPU).
+for _module in ("test_library.py", "test_torch_api.py", "test_dropout.py"):
     globals().update(_import_tests(Path(__file__).resolve().parent / "tests" / "python" / _module))
 globals().update(_import_tests(Path(__file__).resolve().parent / "tests" / "test_pytest_summary.py"))  # make test's summary
 

@@ -9,19 +9,8 @@ from pathlib import Path
 
 import pytest
 
-_REPO = Path(__file__).resolve().parents[2]
-
-try:
-    import torch
-except ImportError as error:
-    torch = None
-    _NO_TORCH = f"PyTorch is not installed in {sys.executable} ({error}); the device machine has it"
-else:
-    _NO_TORCH = ""
-needs_cuda = pytest.mark.skipif(torch is None or not torch.cuda.is_available(),
-                                reason=_NO_TORCH or "PyTorch sees no CUDA GPU")
-if torch is not None:
-    sys.path.append(str(_REPO / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/python: loaded by path from fmha_test.py too
+from torch_setup import needs_cuda, torch  # noqa: E402
 
 
 # ---------------------------------------------------------------- the generator, in plain Python

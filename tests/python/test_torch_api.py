@@ -16,20 +16,11 @@ import pytest
 _REPO = Path(__file__).resolve().parents[2]
 _BIN = Path(os.environ.get("FMHA_BIN_DIR", _REPO / "bin"))
 
-try:
-    import torch
-except ImportError as error:
-    torch = None
-    _NO_TORCH = f"PyTorch is not installed in {sys.executable} ({error}); the device machine has it"
-else:
-    _NO_TORCH = ""
-_HAS_CUDA = torch is not None and torch.cuda.is_available()
-needs_torch = pytest.mark.skipif(torch is None, reason=_NO_TORCH)
-needs_cuda = pytest.mark.skipif(not _HAS_CUDA, reason=_NO_TORCH or "PyTorch sees no CUDA GPU")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/python: loaded by path from fmha_test.py too
+from torch_setup import needs_cuda, needs_torch, torch  # noqa: E402
 
 fmha, _IMPORT_ERROR = None, None
 if torch is not None:
-    sys.path.append(str(_REPO / "python"))  # the in-tree package, unless one is installed
     try:
         import fmha
         from fmha import backends as _backends
