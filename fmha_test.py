@@ -265,17 +265,21 @@ def test_a_forced_kernel_that_does_not_fit_says_which_fields():
 
 
 def test_a_forced_tensor_core_kernel_refuses_the_serving_options():
+    """What a tensor-core kernel declines (mmaprefill/limits.h) is refused with its reason, exit 2:
+    softcapping and ALiBi on MFMA, a paged cache past head_dim 128 on wgmma."""
     names = [line.split()[0] for line in fmha("-list").stdout.splitlines() if "_mmaprefill_" in line]
     if not names:
         pytest.skip("no tensor-core prefill kernels in this build")
-    name = names[0]
+    wgmma = names[0].endswith("_sm90")
+    name = max(names, key=lambda n: int(n.split("_")[3][1:])) if wgmma else names[0]
     dtype, head_dim, heads = name.split("_")[2], name.split("_")[3][1:], name.split("_")[4]
+    if wgmma and int(head_dim) <= 128:
+        pytest.skip("this build's wgmma kernels take every serving option fmha.exe has")
     problem = ["-kernel", name, f"-{dtype}", "-d", head_dim] + (["-causal-mask"] if "_causal_" in name else [])
     problem += {"mha": [], "mqa": ["-mqa"], "gqa": ["-gqa", "4"]}[heads]
-    refused = [(["-paged-kv"], "reads no paged KV cache yet (-paged-kv)")]
-    if not name.endswith("_sm90"):  # the MFMA loop has no scoring options yet; the wgmma one has
-        refused += [(["-softcapping-scale-bmm1", "30"], "has no logit softcapping on MFMA yet (-softcapping-scale-bmm1)"),
-                    (["-alibi"], "has no ALiBi on MFMA yet (-alibi)")]
+    refused = ([(["-paged-kv"], "reads a paged KV cache up to head_dim 128 on wgmma (-paged-kv)")] if wgmma else
+               [(["-softcapping-scale-bmm1", "30"], "has no logit softcapping on MFMA yet (-softcapping-scale-bmm1)"),
+                (["-alibi"], "has no ALiBi on MFMA yet (-alibi)")])
     for flags, why in refused:
         result = fmha(*problem, *flags)
         assert result.returncode == 2, result.stdout + result.stderr
@@ -524,6 +528,8 @@ SERVING_RUNS = {
                                     "-d", "128", "-causal-mask", "-paged-kv", "-page-size", "16"],
     "paged256_chunked_prefill_d64_bf16": ["-b", "2", "-h", "8", "-s", "2100", "-s-q", "700", "-d", "64", "-causal-mask",
                                           "-paged-kv", "-page-size", "256", "-bf16"],
+    "paged32_prefill_window": ["-b", "3", "-h", "4", "-gqa", "2", "-s", "999", "-min-s", "1", "-d", "128",
+                               "-window-left", "200", "-window-right", "30", "-paged-kv", "-page-size", "32"],
     "softcap_prefill_d64_long_tiles": ["-b", "2", "-h", "8", "-s", "1000", "-d", "64", "-softcapping-scale-bmm1", "30"],
     "alibi_packed_prefill_d256_bf16": ["-b", "6", "-h", "8", "-gqa", "4", "-s", "700", "-min-s", "1", "-d", "256",
                                        "-layout", "packed", "-causal-mask", "-alibi", "-bf16"],
@@ -545,7 +551,7 @@ PACKED_RUNS = {
     "packed_decode_short_keys_d256": (["-b", "300", "-h", "8", "-s", "9", "-s-q", "1", "-min-s", "1", "-d", "256"],
                                       "decode"),
     "packed_queries_paged_cache": (["-b", "5", "-h", "4", "-s", "500", "-min-s", "1", "-d", "64", "-causal-mask",
-                                    "-paged-kv", "-page-size", "32"], "prefill"),
+                                    "-paged-kv", "-page-size", "32"], "mmaprefill"),
 }
 
 
@@ -575,9 +581,10 @@ def test_fmha_exe_checks_the_serving_options(name):
     paged = "-paged-kv" in SERVING_RUNS[name]
     if "_decode_" in kernel.group(1):
         assert re.search(r"^Launch\.+: .* variant with run-time options", result.stdout, re.M), result.stdout
-    elif "_mmaprefill_" in kernel.group(1):  # the wgmma loop takes softcapping and ALiBi, no pages yet
-        assert not paged and kernel.group(1).endswith("_sm90"), result.stdout
+    elif "_mmaprefill_" in kernel.group(1):  # the wgmma loop takes them all
+        assert kernel.group(1).endswith("_sm90"), result.stdout
         assert re.search(r"^Launch\.+: .* the kernel with the serving options", result.stdout, re.M), result.stdout
+        assert paged == bool(re.search(r"^Launch\.+: .* copied from pages", result.stdout, re.M)), result.stdout
     elif any("_mmaprefill_" in line for line in fmha("-list").stdout.splitlines()):  # passed over, and why
         assert "; not mmaprefill: the tensor-core family " in kernel.group(2), result.stdout
 

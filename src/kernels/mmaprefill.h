@@ -27,9 +27,10 @@ namespace mmaprefill {
 // declines (mmaprefill/limits.h), and a tile count the 1-D grid holds.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr || p.page_size != 0,
-                                 p.dropout.p != 0.f, Config::head_dim};
-    const bool packed_alike = (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);  // Q and K/V
+    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr, p.dropout.p != 0.f,
+                                 Config::head_dim};
+    // Q and K/V packed alike, or K/V in pages beside packed or padded Q
+    const bool packed_alike = p.block_table || (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);
     return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
            !declined_option(matrix_core(Config::arch) == MatrixCore::wgmma, options);
 }
@@ -58,6 +59,13 @@ inline std::string describe_order(const PrefillTiling& t) {
 
 template <class Config, bool kShortKeys, bool kServing>
 using Traits = WgmmaTraits<Config, kShortKeys, kServing>;
+
+// A paged tensor as PagedTileCopier reads it: 16-byte chunks (base and strides on 16 bytes) and
+// strides in 32 bits (s.batch: between pages).
+inline bool copies_fit(const void* base, const TensorStrides& s) {
+    const bool aligned = reinterpret_cast<uintptr_t>(base) % 16 == 0 && s.row % 8 == 0 && s.head % 8 == 0 && s.batch % 8 == 0;
+    return aligned && s.row <= INT32_MAX && s.head <= INT32_MAX && s.batch <= INT32_MAX;
+}
 
 // Key ranges up to this many keys take the tile table's short-keys shapes; beyond, those are
 // level or slower (docs/mmaprefill.md).
@@ -116,10 +124,14 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
         TensorMaps maps;
         if (!map(&maps.q, p.q, p.q_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, tiling.rows_per_head,
                  tiling.heads_per_tile) ||
-            !map(&maps.k, p.k, p.k_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1) ||
-            !map(&maps.v, p.v, p.v_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1) ||
             !map(&maps.o, p.o, p.o_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, wgmma::kRows, 1))
             return hipErrorInvalidValue;
+        if (p.block_table) {  // copied in 16-byte chunks (paged_tiles.h)
+            if (!copies_fit(p.k, p.k_strides) || !copies_fit(p.v, p.v_strides)) return hipErrorInvalidValue;
+        } else if (!map(&maps.k, p.k, p.k_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1) ||
+                   !map(&maps.v, p.v, p.v_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1)) {
+            return hipErrorInvalidValue;
+        }
         auto* const kernel = &wgmma_kernel<Config, T::kShortKeys, T::kServing>;
         static const hipError_t attribute =
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
@@ -141,7 +153,8 @@ std::string describe(const FwdParams& p) {
                std::to_string(T::kConsumers) + " wgmma consumer warpgroups of 64 rows; keys in tiles of " +
                std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) +
                "-stage shared-memory ring" + describe_order(t) +
-               (T::kServing ? "; the kernel with the serving options (packed batches, softcapping, ALiBi)" : "");
+               (T::kServing ? "; the kernel with the serving options (packed batches, paged KV, softcapping, ALiBi, dropout)" : "") +
+               (p.block_table ? "; K/V rows copied from pages by the producer warpgroup" : "");
     });
 }
 

@@ -30,6 +30,7 @@
 
 #include "kernels/common/dropout.h"
 #include "kernels/common/fragment_softmax.h"
+#include "kernels/common/paged_kv.h"
 #include "kernels/common/rows.h"
 #include "kernels/common/tile_schedule.h"
 #include "kernels/config.h"
@@ -124,7 +125,8 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
     // smaller head_dim than the kernel's, are zeros.
     const auto fetch = [&](const void* tensor, const TensorStrides& strides, int i, uint4 (&next)[T::kChunksPerThread]) {
         const int k0 = work.first_key(i, T::kBlockKeys);
-        const auto* rows = row_start(static_cast<const uint16_t*>(tensor), strides, p.cu_seqlens_kv, work.tile.batch, work.tile.head_kv, 0);
+        const auto rows = KvRows<true>::of(tensor, strides, p.cu_seqlens_kv, p.block_table, p.max_pages_per_seq, p.page_size,
+                                           work.tile.batch, work.tile.head_kv);
 #pragma unroll
         for (int c = 0; c < T::kChunksPerThread; ++c) {
             int key, column;
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
             // Loads without a branch: a key before the sequence (a column past the head_dim) reads
             // key 0 (column 0) and is replaced by zeros.
             const bool inside = k0 + key >= 0 && column < p.head_dim;
-            const uint4 row = *reinterpret_cast<const uint4*>(rows + int64_t(max(k0 + key, 0)) * strides.row + (inside ? column : 0));
+            const uint4 row = *reinterpret_cast<const uint4*>(rows.row(max(k0 + key, 0), strides) + (inside ? column : 0));
             next[c] = inside ? row : make_uint4(0, 0, 0, 0);
         }
     };

@@ -41,9 +41,9 @@ template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, bool serving) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
-    if (head_dim <= 64) {
-        if (short_causal) return {3, 64, 3, 24, 160};
-        if (serving) return {3, 96, 2, 24, 160};
+    if (head_dim <= 64) {  // the serving kernel's producer copies paged K/V rows itself: 32 registers fit the pool here
+        if (short_causal) return {3, 64, 3, serving ? 32 : 24, 160};
+        if (serving) return {3, 96, 2, 32, 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
     if (head_dim <= 128) return {2, 128, 2, 24, 240};

@@ -8,7 +8,8 @@
 // Warpgroup 0 is the producer: one thread issues TMA loads of each work tile's Q and of K and V
 // into a kStages-deep ring of shared-memory tiles, each completing on a "full" barrier and
 // given back on an "empty" one; it runs ahead into the next work tile while the consumers
-// finish the current one. Warpgroups 1.. are consumers of 64 query rows each:
+// finish the current one. A paged KV cache the whole warpgroup copies row by row instead
+// (paged_tiles.h). Warpgroups 1.. are consumers of 64 query rows each:
 //   S = Q.K^T (wgmma, both from shared memory) -> mask -> online softmax (fp32, exp2) ->
 //   P (16-bit, in registers: the accumulator layout is the A-operand layout) -> O += P.V.
 // Two overlaps hide the softmax under tensor-core work (docs/mmaprefill.md):
@@ -31,6 +32,7 @@
 
 #include "kernels/common/dropout.h"
 #include "kernels/common/fragment_softmax.h"
+#include "kernels/common/memory.h"
 #include "kernels/common/rows.h"
 #include "kernels/common/scoring.h"
 #include "kernels/common/tile_schedule.h"
@@ -38,6 +40,7 @@
 #include "kernels/mma/wgmma.h"
 #include "kernels/mmaprefill/key_tiles.h"
 #include "kernels/mmaprefill/limits.h"
+#include "kernels/mmaprefill/paged_tiles.h"
 #include "kernels/mmaprefill/tiles.h"
 #include "platform/hip_on_cuda/hopper.h"
 
@@ -84,6 +87,12 @@ struct WgmmaTraits {
     static_assert(kBlockKeys % wgmma::kK == 0 && kBlockKeys <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(kSharedBytes <= kSharedLimit, "the arch's shared memory per block");
     static_assert(kEpilogueBarrier + kConsumers <= 16, "named barriers");
+    // setmaxnreg moves registers between warpgroups of the block, which launches with an equal
+    // share each (in steps of 8): the consumers' increase must fit what the producer gives back,
+    // or they wait for it forever (docs/decisions.md, "Paged KV in the wgmma producer").
+    static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+    static_assert((kLaunchRegisters - kShape.producer_registers) >= (kShape.consumer_registers - kLaunchRegisters) * kConsumers,
+                  "the consumers' registers must come from the producer's");
 };
 
 // The tensors as TMA maps (O's boxes: one consumer's rows); a __grid_constant__ kernel
@@ -93,19 +102,90 @@ struct TensorMaps {
 };
 
 // The block's barriers. The K/V ring's slots are numbered across all of a block's work tiles:
-// slot n is stage n % kStages, in round n / kStages, whose parity a wait names.
-template <class T>
+// slot n is stage n % kStages, in round n / kStages, whose parity a wait names. Address: a
+// pointer to the first barrier, or its shared-memory address (32 bits: the producer's, whose
+// registers are few).
+template <class T, class Address = uint64_t*>
 struct Pipeline {
-    uint64_t* words;
-    __device__ uint64_t* q_full() const { return words; }
-    __device__ uint64_t* q_empty() const { return words + 1; }
-    __device__ uint64_t* k_full(int stage) const { return words + 2 + stage; }
-    __device__ uint64_t* k_empty(int stage) const { return words + 2 + T::kStages + stage; }
-    __device__ uint64_t* v_full(int stage) const { return words + 2 + 2 * T::kStages + stage; }
-    __device__ uint64_t* v_empty(int stage) const { return words + 2 + 3 * T::kStages + stage; }
+    Address words;
+    __device__ Address at(int index) const {
+        if constexpr (std::is_pointer_v<Address>) return words + index;
+        else return words + 8 * index;
+    }
+    __device__ Address q_full() const { return at(0); }
+    __device__ Address q_empty() const { return at(1); }
+    __device__ Address k_full(int stage) const { return at(2 + stage); }
+    __device__ Address k_empty(int stage) const { return at(2 + T::kStages + stage); }
+    __device__ Address v_full(int stage) const { return at(2 + 2 * T::kStages + stage); }
+    __device__ Address v_empty(int stage) const { return at(2 + 3 * T::kStages + stage); }
     __device__ static int stage(int slot) { return slot % T::kStages; }
     __device__ static uint32_t parity(int slot) { return uint32_t(slot / T::kStages) & 1u; }
 };
+
+// The producer warpgroup's walk: for each work tile of this block, the K and V tiles of its keys
+// into the ring in turn (load_kv(full barrier, destination, the work tile, [kCopies: its KV
+// head,] key tile, is V, ring slot) once the slot is empty), and its Q, by TMA from thread 0:
+// after its first K (TMA: K is then on its way while the consumers still stage the previous
+// tile's output), or before it (kCopies: the Q coordinates then hold no registers through the
+// copies). Inlined, each way of loading K and V its own copy (a closure left in memory would
+// take the kernel's arguments to the stack). Returns the ring slots it filled.
+template <class T, class Work, bool kCopies, class LoadKV>
+__device__ __forceinline__ int produce(const FwdParams& p, const PrefillTiling& tiling, const TensorMaps& maps, uint32_t shared,
+                                       LoadKV&& load_kv) {
+    using P = Pipeline<T, uint32_t>;
+    const P pipe{shared + T::kBarrierOffset};
+    // kCopies: what the K/V copies need of the work tile waits in shared memory, a copy per warp,
+    // rather than in registers beside the copies: kv_end, key tiles, its first ring slot, its
+    // first block-table entry; then its KV head.
+    __shared__ uint4 walks[wgmma::kThreads / 32][2];
+    const auto walk = [&](int part) { return &walks[threadIdx.x / 32][part]; };  // not held: a register fewer
+    if (threadIdx.x == 0) hopper::prefetch_tensor_map(&maps.q);
+    int slot = 0, q_loads = 0;
+    for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
+        const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
+        if (index < 0) continue;
+        const Work work = Work::of(p, tiling, index, T::kBlockKeys);
+        if (work.key_tiles == 0) continue;  // the consumers need no Q for it
+        auto load_q = [&] {
+            if (threadIdx.x != 0) return;
+            hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u);
+            hopper::barrier_arrive_expect(pipe.q_full(),
+                                          T::kAtoms * tiling.rows_per_head * tiling.heads_per_tile * wgmma::kRowBytes);
+            for (int atom = 0; atom < T::kAtoms; ++atom)
+                hopper::tma_load_4d(shared + atom * T::kBlockRows * wgmma::kRowBytes, &maps.q, atom * wgmma::kAtomColumns,
+                                    work.q_row(work.tile.position0), work.tile.head0, work.q_batch(p), pipe.q_full());
+        };
+        if constexpr (kCopies) {
+            load_q();
+            __syncwarp();
+            if (threadIdx.x % 32 == 0)
+                *walk(0) = make_uint4(work.kv_end, work.key_tiles, slot, work.tile.batch * p.max_pages_per_seq),
+                *walk(1) = make_uint4(work.tile.head_kv, 0, 0, 0);
+            __syncwarp();
+        }
+        const int key_tiles = work.key_tiles;
+        for (int n = 0; n < 2 * (kCopies ? int(load_shared_volatile(walk(0)).y) : key_tiles); ++n) {  // K0, V0, K1, V1, ...
+            const bool v = n % 2 == 1;
+            const int ring_slot = (kCopies ? int(load_shared_volatile(walk(0)).z) : slot) + n / 2, stage = P::stage(ring_slot);
+            hopper::barrier_wait(v ? pipe.v_empty(stage) : pipe.k_empty(stage), P::parity(ring_slot) ^ 1u);
+            const uint32_t full = v ? pipe.v_full(stage) : pipe.k_full(stage);
+            const uint32_t destination = shared + (v ? T::kVOffset : T::kKOffset) + stage * T::kKVBytes;
+            if constexpr (kCopies) {
+                load_kv(full, destination, load_shared_volatile(walk(0)), int(load_shared_volatile(walk(1)).x), n / 2, v, ring_slot);
+            } else {
+                load_kv(full, destination, work, 0, n / 2, v, ring_slot);
+                if (n == 0) load_q();
+            }
+        }
+        if constexpr (kCopies) {  // from shared memory: neither value is held through the copies
+            const uint4 copied = load_shared_volatile(walk(0));
+            slot = int(copied.z + copied.y);
+        } else {
+            slot += key_tiles;
+        }
+    }
+    return slot;
+}
 
 template <class Config, bool kShortKeys, bool kServing>
 __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kThreads, 1)
@@ -123,13 +203,17 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     uint8_t* output_rows = T::kOwnOutputRows ? shared + T::kOutputOffset : q_tile;
     const P pipe{reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset)};
     const int warpgroup = threadIdx.x / wgmma::kThreads;
+    // A paged KV cache (kServing) is copied by the whole producer warpgroup (paged_tiles.h);
+    // elsewhere K and V come by TMA, issued by one thread.
+    const bool paged = kServing && T::kHeadDim <= kPagedMaxHeadDim && p.block_table != nullptr;
+    using Copier = PagedTileCopier<T::kBlockKeys, T::kHeadDim>;
 
     if (threadIdx.x == 0) {
         hopper::barrier_init(pipe.q_full(), 1);
         hopper::barrier_init(pipe.q_empty(), T::kConsumers * 4);  // one arrival per consumer warp
         for (int s = 0; s < T::kStages; ++s) {
-            hopper::barrier_init(pipe.k_full(s), 1);
-            hopper::barrier_init(pipe.v_full(s), 1);
+            hopper::barrier_init(pipe.k_full(s), paged ? Copier::kThreads : 1);
+            hopper::barrier_init(pipe.v_full(s), paged ? Copier::kThreads : 1);
             hopper::barrier_init(pipe.k_empty(s), T::kConsumers * 4);
             hopper::barrier_init(pipe.v_empty(s), T::kConsumers * 4);
         }
@@ -139,43 +223,31 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
 
     if (warpgroup == 0) {  // ---------------------------------------------------------- producer
         hopper::release_registers<T::kShape.producer_registers>();
-        if (threadIdx.x != 0) return;
-        hopper::prefetch_tensor_map(&maps.q);
-        hopper::prefetch_tensor_map(&maps.k);
-        hopper::prefetch_tensor_map(&maps.v);
-        int slot = 0, q_loads = 0;
-        for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
-            const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
-            if (index < 0) continue;
-            const Work work = Work::of(p, tiling, index, T::kBlockKeys);
-            if (work.key_tiles == 0) continue;  // the consumers need no Q for it
-            const PrefillTile& tile = work.tile;
-            // K (or V) of key tile i into the ring; the work tile's Q goes after its first K, so
-            // that K is on its way while the consumers still stage the previous tile's output.
-            auto load_kv = [&](bool v, int i) {
-                const int stage = P::stage(slot + i);
-                hopper::barrier_wait(v ? pipe.v_empty(stage) : pipe.k_empty(stage), P::parity(slot + i) ^ 1u);
-                uint64_t* full = v ? pipe.v_full(stage) : pipe.k_full(stage);
-                uint8_t* destination = shared + (v ? T::kVOffset : T::kKOffset) + stage * T::kKVBytes;
+        const uint32_t base = hopper::shared_address(shared);
+        if (paged) {
+            const int slots = produce<T, Work, true>(p, tiling, maps, base,
+                                                     [&](uint32_t, uint32_t destination, uint4 walk, int head_kv, int i, bool v, int slot) {
+                // walk: kv_end, key tiles, first ring slot, first block-table entry (produce())
+                const int k0 = int(walk.x) - (i + 1) * T::kBlockKeys;
+                if (v)
+                    Copier::copy(destination, p.v, p.v_strides, p.block_table, int(walk.w), p.page_size, head_kv, k0, p.head_dim);
+                else
+                    Copier::copy(destination, p.k, p.k_strides, p.block_table, int(walk.w), p.page_size, head_kv, k0, p.head_dim);
+                // The tile copied before this one (V of the slot before, or K of this slot) has landed.
+                const Pipeline<T, uint32_t> ring{base + T::kBarrierOffset};
+                if (v || slot > 0) Copier::arrive_after_previous(v ? ring.k_full(P::stage(slot)) : ring.v_full(P::stage(slot - 1)));
+            });
+            if (slots > 0) Copier::arrive_after_last(Pipeline<T, uint32_t>{base + T::kBarrierOffset}.v_full(P::stage(slots - 1)));
+        } else if (threadIdx.x == 0) {
+            hopper::prefetch_tensor_map(&maps.k);
+            hopper::prefetch_tensor_map(&maps.v);
+            produce<T, Work, false>(p, tiling, maps, base, [&](uint32_t full, uint32_t destination, const Work& work, int, int i, bool v, int) {
                 hopper::barrier_arrive_expect(full, T::kKVBytes);
                 for (int atom = 0; atom < T::kAtoms; ++atom)
                     hopper::tma_load_4d(destination + atom * T::kBlockKeys * wgmma::kRowBytes, v ? &maps.v : &maps.k,
                                         atom * wgmma::kAtomColumns, work.kv_row(work.first_key(i, T::kBlockKeys)),
-                                        tile.head_kv, work.kv_batch(p), full);
-            };
-            load_kv(false, 0);
-            hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u);
-            hopper::barrier_arrive_expect(pipe.q_full(),
-                                          T::kAtoms * tiling.rows_per_head * tiling.heads_per_tile * wgmma::kRowBytes);
-            for (int atom = 0; atom < T::kAtoms; ++atom)
-                hopper::tma_load_4d(q_tile + atom * T::kBlockRows * wgmma::kRowBytes, &maps.q, atom * wgmma::kAtomColumns,
-                                    work.q_row(tile.position0), tile.head0, work.q_batch(p), pipe.q_full());
-            load_kv(true, 0);
-            for (int i = 1; i < work.key_tiles; ++i) {
-                load_kv(false, i);
-                load_kv(true, i);
-            }
-            slot += work.key_tiles;
+                                        work.tile.head_kv, work.kv_batch(p), full);
+            });
         }
         return;
     }

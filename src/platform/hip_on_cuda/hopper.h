@@ -28,10 +28,20 @@ __device__ inline void barrier_init(uint64_t* barrier, int arrivals) {
 // with __syncthreads().
 __device__ inline void barrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 
+// The functions below take a barrier (or a destination) as a pointer, or as its shared-memory
+// address: 32 bits, where registers are few (the producer warpgroup's).
+
 // One arrival that also announces `bytes` of TMA transactions the phase must wait for.
+__device__ inline void barrier_arrive_expect(uint32_t barrier, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(bytes) : "memory");
+}
 __device__ inline void barrier_arrive_expect(uint64_t* barrier, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
-                 : "memory");
+    barrier_arrive_expect(shared_address(barrier), bytes);
+}
+
+// One arrival, at a barrier's shared-memory address.
+__device__ inline void barrier_arrive(uint32_t barrier) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(barrier) : "memory");
 }
 
 // An arrival by the threads whose `predicate` holds, predicated inside the PTX rather than
@@ -49,28 +59,29 @@ __device__ inline void barrier_arrive_if(uint64_t* barrier, bool predicate) {
 
 // Waits until the phase with this parity has completed. A fresh barrier is in phase 0, and
 // parity 1 (the phase "before" it) counts as completed: producers start by waiting on that.
-__device__ inline void barrier_wait(uint64_t* barrier, uint32_t parity) {
+__device__ inline void barrier_wait(uint32_t barrier, uint32_t parity) {
     asm volatile(
         "{\n"
         ".reg .pred done;\n"
         "wait_loop:\n"
         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra wait_loop;\n"
-        "}\n" ::"r"(shared_address(barrier)),
+        "}\n" ::"r"(barrier),
         "r"(parity)
         : "memory");
 }
+__device__ inline void barrier_wait(uint64_t* barrier, uint32_t parity) { barrier_wait(shared_address(barrier), parity); }
 
 // ---- TMA: one box of a tensor map into shared memory, completing on a barrier.
 
 // Coordinates are element indices per dimension, innermost first; boxes reaching outside the
 // tensor (negative coordinates too) read zeros there.
-__device__ inline void tma_load_4d(void* destination, const CUtensorMap* map, int c0, int c1, int c2, int c3,
-                                   uint64_t* barrier) {
+__device__ inline void tma_load_4d(uint32_t destination, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                   uint32_t barrier) {
     asm volatile(
         "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(
-            shared_address(destination)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_address(barrier))
+            destination),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(barrier)
         : "memory");
 }
 
