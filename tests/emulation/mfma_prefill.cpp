@@ -2,7 +2,7 @@
 // it) run on the host through the HIP subset of hip/hip_runtime.h beside this file, against a
 // reference in double precision from the same 16-bit inputs: the shape classes of the GPU tests
 // (odd lengths, windows, packed GQA heads, MQA, variable lengths, both layouts and packed
-// variable-length batches, rows that see no key, LSE, fewer blocks than tiles), each head-dim
+// variable-length batches, paged KV caches, rows that see no key, LSE, fewer blocks than tiles), each head-dim
 // class and each arch's bf16 instruction.
 // Where no AMD GPU is at hand this is the loop's only run: fmha_test.py builds and runs it with
 // Clang 15 or later where one is installed; by hand, from the repository root after `make`:
@@ -11,6 +11,7 @@
 // Prints a line per case; exits 1 if any fails.
 #include "kernels/mmaprefill/mfma_kernel.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <random>
@@ -31,6 +32,7 @@ struct Case {
     int layout;  // 0: [batch, heads, seq, d]; 1: [batch, seq, heads, d]; 2: packed [tokens, heads, d] (varlen)
     int blocks;  // the grid (blocks take tiles in rounds)
     float dropout = 0.f;  // common/dropout.h: the reference applies the kernel's mask
+    int page_size = 0;    // > 0: K/V in shuffled pages of a paged cache (layouts 0 and 1), the rest of each page NaN
 };
 
 template <class Config>
@@ -44,6 +46,9 @@ bool run(const Case& c, unsigned seed) {
     auto strides = [&](int heads, int seq) {
         return c.layout == 0 ? TensorStrides{int64_t(heads) * seq * d, int64_t(seq) * d, d}
                              : TensorStrides{packed ? int64_t(heads) * d : int64_t(heads) * seq * d, d, int64_t(heads) * d};
+    };
+    auto at_kv = [&](const TensorStrides& s, int b, int h, int j) {  // layouts 0 and 1
+        return size_t(b * s.batch + h * s.head + j * s.row);
     };
     std::vector<int> lq(c.batch, c.sq), lkv(c.batch, c.skv);
     if (c.varlen)
@@ -67,6 +72,27 @@ bool run(const Case& c, unsigned seed) {
     if (packed) {
         p.cu_seqlens_q = cu_q.data(), p.cu_seqlens_kv = cu_kv.data();
         p.total_q = cu_q.back(), p.total_kv = cu_kv.back();
+    }
+    const TensorStrides kv_strides = p.k_strides;  // of k and v, which the reference reads
+    std::vector<uint16_t> k_pages, v_pages;
+    std::vector<int> table;
+    if (c.page_size > 0) {
+        const int max_pages = (c.skv + c.page_size - 1) / c.page_size, pages = c.batch * max_pages;
+        table.resize(pages);
+        for (int n = 0; n < pages; ++n) table[n] = n;
+        std::shuffle(table.begin(), table.end(), rng);
+        k_pages.assign(size_t(pages) * c.page_size * c.hkv * d, 0x7e00), v_pages = k_pages;
+        for (int b = 0; b < c.batch; ++b)
+            for (int j = 0; j < lkv[b]; ++j)
+                for (int h = 0; h < c.hkv; ++h)
+                    for (int x = 0; x < d; ++x) {
+                        const size_t to = ((size_t(table[b * max_pages + j / c.page_size]) * c.page_size + j % c.page_size) *
+                                           c.hkv + h) * d + x;
+                        k_pages[to] = k[at_kv(kv_strides, b, h, j) + x], v_pages[to] = v[at_kv(kv_strides, b, h, j) + x];
+                    }
+        p.k = k_pages.data(), p.v = v_pages.data();
+        p.k_strides = p.v_strides = TensorStrides{int64_t(c.page_size) * c.hkv * d, d, int64_t(c.hkv) * d};
+        p.block_table = table.data(), p.max_pages_per_seq = max_pages, p.page_size = c.page_size;
     }
     p.scale = 1.f / std::sqrt(float(d));
     p.window = KeyWindow::of(c.left < 0 ? c.skv : c.left, c.right < 0 ? c.sq : c.right);
@@ -113,7 +139,7 @@ bool run(const Case& c, unsigned seed) {
                     double dot = 0;
                     for (int x = 0; x < d; ++x)
                         dot += double(from16<kD>(q[at(p.q_strides, cu_q, b, h, i) + x])) *
-                               from16<kD>(k[at(p.k_strides, cu_kv, b, hk, j) + x]);
+                               from16<kD>(k[at(kv_strides, cu_kv, b, hk, j) + x]);
                     s[j] = dot * p.scale;
                     m = std::max(m, s[j]);
                 }
@@ -126,7 +152,7 @@ bool run(const Case& c, unsigned seed) {
                     const double z = c.dropout == 0.f ? 1.0
                                      : dropout.keeps(dropout.row(int64_t(b) * c.hq + h, i), j) ? 1.0 / (1.0 - c.dropout)
                                                                                                  : 0.0;
-                    for (int x = 0; x < d; ++x) out[x] += e * z * from16<kD>(v[at(p.v_strides, cu_kv, b, hk, j) + x]);
+                    for (int x = 0; x < d; ++x) out[x] += e * z * from16<kD>(v[at(kv_strides, cu_kv, b, hk, j) + x]);
                 }
                 for (int x = 0; x < d; ++x) {
                     const double ref = sum > 0 ? out[x] / sum : 0.0;
@@ -179,6 +205,10 @@ int main() {
     // Dropout: the kernel's mask (one Philox call per element here), LSE of the undropped sum.
     ok &= run<C<fp16, 128, gqa, causal, Arch::gfx942>>({2, 4, 2, 70, 95, -1, 0, false, true, 1, 3, 0.25f}, 16);
     ok &= run<C<bf16, 64, gqa, nomask, Arch::gfx90a>>({3, 4, 2, 40, 70, -1, -1, true, true, 2, 2, 0.1f}, 17);
+    // Paged KV caches (shuffled pages, the unused part of each page NaN): chunked-prefill-like
+    // causal rows against longer caches, pages narrower and wider than a key tile.
+    ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({3, 4, 2, 50, 170, -1, 0, true, true, 1, 3, 0.f, 16}, 18);
+    ok &= run<C<bf16, 128, mha, nomask, Arch::gfx90a>>({2, 2, 2, 40, 100, -1, -1, true, true, 0, 2, 0.f, 64}, 19);
     std::printf(ok ? "all cases match the reference\n" : "some cases FAILED\n");
     return ok ? 0 : 1;
 }
