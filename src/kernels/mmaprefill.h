@@ -60,8 +60,8 @@ inline std::string describe_order(const PrefillTiling& t) {
 template <class Config, bool kShortKeys, bool kServing>
 using Traits = WgmmaTraits<Config, kShortKeys, kServing>;
 
-// A paged tensor as PagedTileCopier reads it: 16-byte chunks (base and strides on 16 bytes) and
-// strides in 32 bits (s.batch: between pages).
+// A paged tensor as PagedTiles reads it: 16-byte chunks (base and strides on 16 bytes, as TMA
+// wants them too) and strides in 32 bits (s.batch: between pages).
 inline bool copies_fit(const void* base, const TensorStrides& s) {
     const bool aligned = reinterpret_cast<uintptr_t>(base) % 16 == 0 && s.row % 8 == 0 && s.head % 8 == 0 && s.batch % 8 == 0;
     return aligned && s.row <= INT32_MAX && s.head <= INT32_MAX && s.batch <= INT32_MAX;
@@ -126,8 +126,14 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
                  tiling.heads_per_tile) ||
             !map(&maps.o, p.o, p.o_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, wgmma::kRows, 1))
             return hipErrorInvalidValue;
-        if (p.block_table) {  // copied in 16-byte chunks (paged_tiles.h)
-            if (!copies_fit(p.k, p.k_strides) || !copies_fit(p.v, p.v_strides)) return hipErrorInvalidValue;
+        if (p.block_table) {  // maps of the caches' pages, {head_dim, page_size, heads, pages} (paged_tiles.h)
+            // The pool's page count is not a parameter: the block table's entries name the pages read.
+            constexpr int kPagesBound = INT32_MAX;
+            const int rows = PagedTiles<T::kBlockKeys, T::kHeadDim>::box_rows(p.page_size);
+            if (!copies_fit(p.k, p.k_strides) || !copies_fit(p.v, p.v_strides) ||
+                !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, kPagesBound, p.heads_kv, p.page_size, p.head_dim, rows, 1) ||
+                !hopper::encode_tensor_map(&maps.v, bf16, p.v, p.v_strides, kPagesBound, p.heads_kv, p.page_size, p.head_dim, rows, 1))
+                return hipErrorInvalidValue;
         } else if (!map(&maps.k, p.k, p.k_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1) ||
                    !map(&maps.v, p.v, p.v_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1)) {
             return hipErrorInvalidValue;
@@ -154,7 +160,10 @@ std::string describe(const FwdParams& p) {
                std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) +
                "-stage shared-memory ring" + describe_order(t) +
                (T::kServing ? "; the kernel with the serving options (packed batches, paged KV, softcapping, ALiBi, dropout)" : "") +
-               (p.block_table ? "; K/V rows copied from pages by the producer warpgroup" : "");
+               (p.block_table ? "; K/V tiles on a grid of pages: TMA boxes of " +
+                                    std::to_string(PagedTiles<T::kBlockKeys, T::kHeadDim>::box_rows(p.page_size)) +
+                                    " keys, a sequence's last tile copied from pages by the producer warpgroup"
+                              : "");
     });
 }
 

@@ -1029,9 +1029,9 @@ def test_torch_varlen_softcap_alibi_and_pages(paged):
     k, v = (_random(sum(lengths_k), heads_kv, head_dim) for _ in range(2))
     slopes = _slopes(heads, "cuda")
     options = dict(causal=True, softcap=10.0, alibi_slopes=slopes, return_lse=True, strict=True)
-    if paged:  # each sequence's keys in its own shuffled pages
+    if paged:  # each sequence's keys in its own shuffled pages, NaN past them (a cache's unused rows)
         capacity = 768
-        padded = torch.zeros(len(lengths_k), capacity, heads_kv, 2 * head_dim, dtype=q.dtype, device="cuda")
+        padded = torch.full((len(lengths_k), capacity, heads_kv, 2 * head_dim), float("nan"), dtype=q.dtype, device="cuda")
         for b in range(len(lengths_k)):
             padded[b, :lengths_k[b], :, :head_dim] = k[cu_k[b]:cu_k[b + 1]]
             padded[b, :lengths_k[b], :, head_dim:] = v[cu_k[b]:cu_k[b + 1]]

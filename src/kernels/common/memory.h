@@ -45,10 +45,9 @@ __device__ inline void copy_async_16(void* shared, const void* global, bool vali
 #if defined(__HIP_PLATFORM_NVIDIA__)
 // The first `bytes` (0 to 16) of 16 from global memory to the shared-memory address `shared`,
 // the rest of them zeros: a row's last chunk where head_dim is not a multiple of 8, or nothing
-// read at all; through L1 (.ca), where neighbouring copies find the rest of a sector. Complete
-// as copy_async_wait() says.
+// read at all; through L2 only (.cg). Complete as copy_async_wait() says.
 __device__ inline void copy_async_prefix(uint32_t shared, const void* global, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global), "r"(bytes) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global), "r"(bytes) : "memory");
 }
 #endif
 

@@ -24,8 +24,11 @@ struct PackedRows {
 struct PaddedRows {};
 
 // One work tile as producer and consumers both derive it: its rows, its sequence's lengths, and
-// the key tiles its rows see, walked back from kv_end. kPacked: the launch may be a packed batch
-// (PrefillTiling::packed); kernels built without it hold none of its state.
+// the key tiles its rows see, walked back from tiles_end: kv_end, or (on_pages: a paged cache)
+// kv_end rounded up to a whole tile, so that tiles lie on a grid of block_keys from key 0 and
+// each holds whole pages or part of one (paged_tiles.h); keys past kv_end are then masked.
+// kPacked: the launch may be a packed batch (PrefillTiling::packed); kernels built without it
+// hold none of its state.
 template <bool kMasked, bool kPacked = true>
 struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
     PrefillTile tile;   // position0: first_position(), negative where the tile begins before the sequence
@@ -33,10 +36,12 @@ struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
     KeyMask<kMasked> mask;
     int last_position;  // of the tile's rows that exist
     int kv_end;         // one past the last key some row sees
+    int tiles_end;      // one past the last key tile's last key
     int key_tiles;      // 0 where no row sees a key
     bool has_rows;      // false where the tile lies past its sequence's length
 
-    __device__ static TileWork of(const FwdParams& p, const PrefillTiling& tiling, int index, int block_keys) {
+    __device__ static TileWork of(const FwdParams& p, const PrefillTiling& tiling, int index, int block_keys,
+                                  bool on_pages = false) {
         TileWork w;
         w.tile = locate_tile(tiling, index);
         const int* cu_seqlens_q = packed_only<kPacked>(p.cu_seqlens_q);
@@ -67,6 +72,11 @@ struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
         w.kv_end = 0;
         if (w.has_rows) w.mask.key_range(inside(w.tile.position0), w.last_position, kv_begin, w.kv_end);
         w.key_tiles = (w.kv_end - kv_begin + block_keys - 1) / block_keys;
+        w.tiles_end = w.kv_end;
+        if (on_pages && w.key_tiles > 0) {
+            w.tiles_end = (w.kv_end + block_keys - 1) / block_keys * block_keys;
+            w.key_tiles = w.tiles_end / block_keys - kv_begin / block_keys;
+        }
         return w;
     }
     // TMA coordinates (row, batch) of the sequence's row `row` in Q/O and in K/V: packed tensors
@@ -81,7 +91,7 @@ struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
     }
     __device__ int q_batch(const FwdParams& p) const { return kPacked && p.cu_seqlens_q ? 0 : int(tile.batch); }
     __device__ int kv_batch(const FwdParams& p) const { return kPacked && p.cu_seqlens_kv ? 0 : int(tile.batch); }
-    __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
+    __device__ int first_key(int i, int block_keys) const { return tiles_end - (i + 1) * block_keys; }
     // Only masked tiles are end-aligned (PrefillTiling::of), so only theirs may begin before the
     // sequence: the first position at or after `position` inside it, and whether a row exists.
     __device__ static int inside(int position) { return kMasked ? max(position, 0) : position; }
@@ -94,7 +104,8 @@ struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
 // the rows span; all of a packed tile's positions). A thread holds kThreadRows rows.
 template <bool kMasked, int kThreadRows>
 struct KeyTiles {
-    int kv_end, count;
+    int tiles_end, count;
+    int seen_end;      // one past the last key some row of the work tile sees
     int begin, end;    // the key tiles some row of this consumer sees
     int masked_above;  // key tiles reaching past this key need the mask (the window's right edge)
     int masked_below;  // and so do those starting at or before this one (its left edge; keys before the sequence)
@@ -106,7 +117,7 @@ struct KeyTiles {
     __device__ static KeyTiles of(const Work& w, const PrefillTiling& tiling, int row0, int consumer_rows,
                                   KeyWindow window, const int (&position)[kThreadRows], int block_keys) {
         KeyTiles k;
-        k.kv_end = w.kv_end, k.count = w.key_tiles, k.window = window;
+        k.tiles_end = w.tiles_end, k.seen_end = w.kv_end, k.count = w.key_tiles, k.window = window;
         const bool packed = tiling.heads_per_tile > 1;
         const int first = w.inside(packed ? w.tile.position0 : w.tile.position0 + row0);
         const int last = packed ? w.last_position : min(w.tile.position0 + row0 + consumer_rows - 1, w.len_q - 1);
@@ -115,21 +126,23 @@ struct KeyTiles {
         for (int h = 0; h < kThreadRows; ++h) k.diagonal[h] = w.mask.diagonal(position[h]);
         int lo = 0, hi = 0;
         if (first <= last) w.mask.key_range(first, last, lo, hi);
-        // Key tile i holds keys [kv_end - (i + 1) block_keys, kv_end - i block_keys).
-        k.begin = lo < hi ? (k.kv_end - hi) / block_keys : 0;
-        k.end = lo < hi ? min(k.count, (k.kv_end - 1 - lo) / block_keys + 1) : 0;
+        // Key tile i holds keys [tiles_end - (i + 1) block_keys, tiles_end - i block_keys).
+        k.begin = lo < hi ? (k.tiles_end - hi) / block_keys : 0;
+        k.end = lo < hi ? min(k.count, (k.tiles_end - 1 - lo) / block_keys + 1) : 0;
         return k;
     }
-    __device__ int first_key(int i, int block_keys) const { return kv_end - (i + 1) * block_keys; }
-    // Without a mask only the tile reaching before key 0 needs it (key tiles end at
-    // kv_end = len_kv), which spares registers the bounds would hold through the main loop.
+    __device__ int first_key(int i, int block_keys) const { return tiles_end - (i + 1) * block_keys; }
+    // Without a mask only the tiles reaching before key 0 or past seen_end (= len_kv) need it,
+    // which spares registers the bounds would hold through the main loop.
     __device__ bool needs_mask(int i, int block_keys) const {
         const int k0 = first_key(i, block_keys);
-        return kMasked ? k0 + block_keys - 1 > masked_above || k0 <= masked_below : k0 < 0;
+        const bool outside = k0 < 0 || k0 + block_keys > seen_end;
+        return kMasked ? outside || k0 + block_keys - 1 > masked_above || k0 <= masked_below : outside;
     }
-    // Key tiles end at kv_end, inside the sequence: only keys before it and the shared mask
-    // rule are left to check.
-    __device__ bool sees(int h, int key) const { return MaskRow{diagonal[h], key >= 0}.template sees<kMasked>(key, window); }
+    // Keys outside [0, seen_end) and the shared mask rule are left to check.
+    __device__ bool sees(int h, int key) const {
+        return MaskRow{diagonal[h], unsigned(key) < unsigned(seen_end)}.template sees<kMasked>(key, window);
+    }
 };
 
 }  // namespace mmaprefill

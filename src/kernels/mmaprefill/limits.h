@@ -16,10 +16,6 @@ struct RunTimeOptions {
     int head_dim;  // the kernel's
 };
 
-// The wgmma loop's producer copies a paged KV cache's rows in its 32 registers up to this
-// head_dim; past it the copies spill (docs/mmaprefill.md, "Paged KV").
-inline constexpr int kPagedMaxHeadDim = 128;
-
 // Dropout's state fits the main loops' registers up to this head_dim: d256's wgmma loop spills
 // with it (docs/decisions.md, "Dropout"), so kernels past it are compiled without it.
 inline constexpr int kDropoutMaxHeadDim = 128;
@@ -31,8 +27,6 @@ inline constexpr int kDropoutMaxHeadDim = 128;
 inline const char* declined_option(bool wgmma, const RunTimeOptions& o) {
     if (o.softcap && !wgmma) return "the tensor-core family has no logit softcapping on MFMA yet (-softcapping-scale-bmm1)";
     if (o.alibi && !wgmma) return "the tensor-core family has no ALiBi on MFMA yet (-alibi)";
-    if (o.paged && wgmma && o.head_dim > kPagedMaxHeadDim)
-        return "the tensor-core family reads a paged KV cache up to head_dim 128 on wgmma (-paged-kv)";
     if (o.dropout && o.head_dim > kDropoutMaxHeadDim) return "the tensor-core family applies dropout up to head_dim 128";
     if (o.dropout && (o.softcap || o.alibi))
         return "the tensor-core family applies dropout without softcapping or ALiBi only (one more main-loop variant each)";

@@ -8,8 +8,9 @@
 // Warpgroup 0 is the producer: one thread issues TMA loads of each work tile's Q and of K and V
 // into a kStages-deep ring of shared-memory tiles, each completing on a "full" barrier and
 // given back on an "empty" one; it runs ahead into the next work tile while the consumers
-// finish the current one. A paged KV cache the whole warpgroup copies row by row instead
-// (paged_tiles.h). Warpgroups 1.. are consumers of 64 query rows each:
+// finish the current one. A paged KV cache the whole warpgroup loads, page by page, copying a
+// sequence's last tile row by row (paged_tiles.h). Warpgroups 1.. are consumers of 64 query
+// rows each:
 //   S = Q.K^T (wgmma, both from shared memory) -> mask -> online softmax (fp32, exp2) ->
 //   P (16-bit, in registers: the accumulator layout is the A-operand layout) -> O += P.V.
 // Two overlaps hide the softmax under tensor-core work (docs/mmaprefill.md):
@@ -123,20 +124,20 @@ struct Pipeline {
 };
 
 // The producer warpgroup's walk: for each work tile of this block, the K and V tiles of its keys
-// into the ring in turn (load_kv(full barrier, destination, the work tile, [kCopies: its KV
-// head,] key tile, is V, ring slot) once the slot is empty), and its Q, by TMA from thread 0:
-// after its first K (TMA: K is then on its way while the consumers still stage the previous
-// tile's output), or before it (kCopies: the Q coordinates then hold no registers through the
-// copies). Inlined, each way of loading K and V its own copy (a closure left in memory would
-// take the kernel's arguments to the stack). Returns the ring slots it filled.
-template <class T, class Work, bool kCopies, class LoadKV>
-__device__ __forceinline__ int produce(const FwdParams& p, const PrefillTiling& tiling, const TensorMaps& maps, uint32_t shared,
-                                       LoadKV&& load_kv) {
+// into the ring in turn (load_kv(full barrier, destination, the work tile [kPaged: as two
+// words in shared memory], key tile, is V) once the slot is empty), and its Q, by TMA from
+// thread 0: after its first K (K is then on its way while the consumers still stage the
+// previous tile's output), or before it (kPaged: the Q coordinates then hold no registers
+// through the page walk). Inlined, each way of loading K and V its own copy (a closure left in
+// memory would take the kernel's arguments to the stack).
+template <class T, class Work, bool kPaged, class LoadKV>
+__device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling& tiling, const TensorMaps& maps, uint32_t shared,
+                                        LoadKV&& load_kv) {
     using P = Pipeline<T, uint32_t>;
     const P pipe{shared + T::kBarrierOffset};
-    // kCopies: what the K/V copies need of the work tile waits in shared memory, a copy per warp,
-    // rather than in registers beside the copies: kv_end, key tiles, its first ring slot, its
-    // first block-table entry; then its KV head.
+    // kPaged: what the page walk needs of the work tile waits in shared memory, a copy per warp,
+    // rather than in registers (the producer has few): tiles_end, key tiles, its first ring slot,
+    // its first block-table entry; then its KV head and kv_end.
     __shared__ uint4 walks[wgmma::kThreads / 32][2];
     const auto walk = [&](int part) { return &walks[threadIdx.x / 32][part]; };  // not held: a register fewer
     if (threadIdx.x == 0) hopper::prefetch_tensor_map(&maps.q);
@@ -144,7 +145,7 @@ __device__ __forceinline__ int produce(const FwdParams& p, const PrefillTiling& 
     for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
         const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
         if (index < 0) continue;
-        const Work work = Work::of(p, tiling, index, T::kBlockKeys);
+        const Work work = Work::of(p, tiling, index, T::kBlockKeys, kPaged);
         if (work.key_tiles == 0) continue;  // the consumers need no Q for it
         auto load_q = [&] {
             if (threadIdx.x != 0) return;
@@ -155,36 +156,35 @@ __device__ __forceinline__ int produce(const FwdParams& p, const PrefillTiling& 
                 hopper::tma_load_4d(shared + atom * T::kBlockRows * wgmma::kRowBytes, &maps.q, atom * wgmma::kAtomColumns,
                                     work.q_row(work.tile.position0), work.tile.head0, work.q_batch(p), pipe.q_full());
         };
-        if constexpr (kCopies) {
+        if constexpr (kPaged) {
             load_q();
             __syncwarp();
             if (threadIdx.x % 32 == 0)
-                *walk(0) = make_uint4(work.kv_end, work.key_tiles, slot, work.tile.batch * p.max_pages_per_seq),
-                *walk(1) = make_uint4(work.tile.head_kv, 0, 0, 0);
+                *walk(0) = make_uint4(work.tiles_end, work.key_tiles, slot, work.tile.batch * p.max_pages_per_seq),
+                *walk(1) = make_uint4(work.tile.head_kv, work.kv_end, 0, 0);
             __syncwarp();
         }
         const int key_tiles = work.key_tiles;
-        for (int n = 0; n < 2 * (kCopies ? int(load_shared_volatile(walk(0)).y) : key_tiles); ++n) {  // K0, V0, K1, V1, ...
+        for (int n = 0; n < 2 * (kPaged ? int(load_shared_volatile(walk(0)).y) : key_tiles); ++n) {  // K0, V0, K1, V1, ...
             const bool v = n % 2 == 1;
-            const int ring_slot = (kCopies ? int(load_shared_volatile(walk(0)).z) : slot) + n / 2, stage = P::stage(ring_slot);
+            const int ring_slot = (kPaged ? int(load_shared_volatile(walk(0)).z) : slot) + n / 2, stage = P::stage(ring_slot);
             hopper::barrier_wait(v ? pipe.v_empty(stage) : pipe.k_empty(stage), P::parity(ring_slot) ^ 1u);
             const uint32_t full = v ? pipe.v_full(stage) : pipe.k_full(stage);
             const uint32_t destination = shared + (v ? T::kVOffset : T::kKOffset) + stage * T::kKVBytes;
-            if constexpr (kCopies) {
-                load_kv(full, destination, load_shared_volatile(walk(0)), int(load_shared_volatile(walk(1)).x), n / 2, v, ring_slot);
+            if constexpr (kPaged) {
+                load_kv(full, destination, load_shared_volatile(walk(0)), load_shared_volatile(walk(1)), n / 2, v);
             } else {
-                load_kv(full, destination, work, 0, n / 2, v, ring_slot);
+                load_kv(full, destination, work, uint4{}, n / 2, v);
                 if (n == 0) load_q();
             }
         }
-        if constexpr (kCopies) {  // from shared memory: neither value is held through the copies
+        if constexpr (kPaged) {  // from shared memory: neither value is held through the copies
             const uint4 copied = load_shared_volatile(walk(0));
             slot = int(copied.z + copied.y);
         } else {
             slot += key_tiles;
         }
     }
-    return slot;
 }
 
 template <class Config, bool kShortKeys, bool kServing>
@@ -203,17 +203,17 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     uint8_t* output_rows = T::kOwnOutputRows ? shared + T::kOutputOffset : q_tile;
     const P pipe{reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset)};
     const int warpgroup = threadIdx.x / wgmma::kThreads;
-    // A paged KV cache (kServing) is copied by the whole producer warpgroup (paged_tiles.h);
-    // elsewhere K and V come by TMA, issued by one thread.
-    const bool paged = kServing && T::kHeadDim <= kPagedMaxHeadDim && p.block_table != nullptr;
-    using Copier = PagedTileCopier<T::kBlockKeys, T::kHeadDim>;
+    // A paged KV cache (kServing) the whole producer warpgroup loads (paged_tiles.h); elsewhere
+    // K and V come by TMA, issued by one thread.
+    const bool paged = kServing && p.block_table != nullptr;
+    using Pages = PagedTiles<T::kBlockKeys, T::kHeadDim>;
 
     if (threadIdx.x == 0) {
         hopper::barrier_init(pipe.q_full(), 1);
         hopper::barrier_init(pipe.q_empty(), T::kConsumers * 4);  // one arrival per consumer warp
         for (int s = 0; s < T::kStages; ++s) {
-            hopper::barrier_init(pipe.k_full(s), paged ? Copier::kThreads : 1);
-            hopper::barrier_init(pipe.v_full(s), paged ? Copier::kThreads : 1);
+            hopper::barrier_init(pipe.k_full(s), paged ? Pages::kThreads : 1);
+            hopper::barrier_init(pipe.v_full(s), paged ? Pages::kThreads : 1);
             hopper::barrier_init(pipe.k_empty(s), T::kConsumers * 4);
             hopper::barrier_init(pipe.v_empty(s), T::kConsumers * 4);
         }
@@ -225,23 +225,23 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
         hopper::release_registers<T::kShape.producer_registers>();
         const uint32_t base = hopper::shared_address(shared);
         if (paged) {
-            const int slots = produce<T, Work, true>(p, tiling, maps, base,
-                                                     [&](uint32_t, uint32_t destination, uint4 walk, int head_kv, int i, bool v, int slot) {
-                // walk: kv_end, key tiles, first ring slot, first block-table entry (produce())
-                const int k0 = int(walk.x) - (i + 1) * T::kBlockKeys;
-                if (v)
-                    Copier::copy(destination, p.v, p.v_strides, p.block_table, int(walk.w), p.page_size, head_kv, k0, p.head_dim);
+            if (threadIdx.x == 0) hopper::prefetch_tensor_map(&maps.k), hopper::prefetch_tensor_map(&maps.v);
+            produce<T, Work, true>(p, tiling, maps, base, [&](uint32_t full, uint32_t destination, uint4 walk, uint4 more, int i, bool v) {
+                // walk: tiles_end, key tiles, first ring slot, first block-table entry; more: KV
+                // head, kv_end (produce()). Tiles past kv_end are copied, zeros past it.
+                const int k0 = int(walk.x) - (i + 1) * T::kBlockKeys, head_kv = int(more.x), kv_end = int(more.y);
+                if (k0 + T::kBlockKeys <= kv_end)
+                    Pages::load(full, destination, v ? &maps.v : &maps.k, p.block_table, int(walk.w), p.page_size, head_kv, k0);
+                else if (v)
+                    Pages::copy(full, destination, p.v, p.v_strides, p.block_table, int(walk.w), p.page_size, head_kv, k0, kv_end, p.head_dim);
                 else
-                    Copier::copy(destination, p.k, p.k_strides, p.block_table, int(walk.w), p.page_size, head_kv, k0, p.head_dim);
-                // The tile copied before this one (V of the slot before, or K of this slot) has landed.
-                const Pipeline<T, uint32_t> ring{base + T::kBarrierOffset};
-                if (v || slot > 0) Copier::arrive_after_previous(v ? ring.k_full(P::stage(slot)) : ring.v_full(P::stage(slot - 1)));
+                    Pages::copy(full, destination, p.k, p.k_strides, p.block_table, int(walk.w), p.page_size, head_kv, k0, kv_end, p.head_dim);
             });
-            if (slots > 0) Copier::arrive_after_last(Pipeline<T, uint32_t>{base + T::kBarrierOffset}.v_full(P::stage(slots - 1)));
+            copy_async_wait_all();  // nothing left in flight as the producer leaves
         } else if (threadIdx.x == 0) {
             hopper::prefetch_tensor_map(&maps.k);
             hopper::prefetch_tensor_map(&maps.v);
-            produce<T, Work, false>(p, tiling, maps, base, [&](uint32_t full, uint32_t destination, const Work& work, int, int i, bool v, int) {
+            produce<T, Work, false>(p, tiling, maps, base, [&](uint32_t full, uint32_t destination, const Work& work, uint4, int i, bool v) {
                 hopper::barrier_arrive_expect(full, T::kKVBytes);
                 for (int atom = 0; atom < T::kAtoms; ++atom)
                     hopper::tma_load_4d(destination + atom * T::kBlockKeys * wgmma::kRowBytes, v ? &maps.v : &maps.k,
@@ -278,6 +278,13 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     KeyTiles<kMasked, 2> keys;  // what the main loop needs of it
     int slot = 0;            // the K/V ring slot of the next key tile
 
+    // A K or V tile the main loop reads: its barrier, then (pages: the producer copies a
+    // sequence's last tile with cp.async, not TMA) a fence for wgmma's reads through the async
+    // proxy. On every tile of a paged launch: choosing the copied tile costs more than the fence.
+    auto wait_full = [&](uint64_t* full, uint32_t parity) {
+        hopper::barrier_wait(full, parity);
+        hopper::fence_async_shared_if(paged);
+    };
     // P.V reads its A operand from these registers while it runs: keep them until its wait.
     auto pin_probabilities = [&] {
 #pragma unroll
@@ -422,7 +429,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
         const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
         if (index < 0) continue;
-        work = Work::of(p, tiling, index, T::kBlockKeys);
+        work = Work::of(p, tiling, index, T::kBlockKeys, paged);
         if (!work.has_rows) continue;
         // The tile's placement waits for the epilogue in shared memory, one copy per warp (warp-
         // uniform values): deriving it again there costs a tile's worth of divisions, and
@@ -466,7 +473,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
             if (keys.begin < keys.end) {
                 // The first key tile seen: scores, then probabilities.
                 const int first = P::stage(slot + keys.begin);
-                hopper::barrier_wait(pipe.k_full(first), P::parity(slot + keys.begin));
+                wait_full(pipe.k_full(first), P::parity(slot + keys.begin));
                 take_turn();
                 qk_gemm(first);
                 pass_turn();
@@ -488,11 +495,11 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                 // outside it: ptxas waits for a running wgmma at the first branch after it.
                 auto overlapped_step = [&](int i, auto masked, auto kCapped, auto kBiased) {
                     const int stage = P::stage(slot + i), previous = P::stage(slot + i - 1);
-                    hopper::barrier_wait(pipe.k_full(stage), P::parity(slot + i));
+                    wait_full(pipe.k_full(stage), P::parity(slot + i));
                     take_turn();
                     qk_gemm(stage);
                     rescale_output(rescale);
-                    hopper::barrier_wait(pipe.v_full(previous), P::parity(slot + i - 1));
+                    wait_full(pipe.v_full(previous), P::parity(slot + i - 1));
                     pv_gemm(previous);
                     pass_turn();
                     hopper::wgmma_wait<1>();  // the scores are done; P.V may still run
@@ -521,7 +528,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
 
                 const int last = P::stage(slot + keys.end - 1);
                 rescale_output(rescale);
-                hopper::barrier_wait(pipe.v_full(last), P::parity(slot + keys.end - 1));
+                wait_full(pipe.v_full(last), P::parity(slot + keys.end - 1));
                 pv_gemm(last);
                 // The rows' sums are final: their reduction and reciprocal run under the last P.V.
 #pragma unroll
