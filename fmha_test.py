@@ -264,24 +264,22 @@ def test_a_forced_kernel_that_does_not_fit_says_which_fields():
     assert "setup.py" not in result.stderr  # the kernel exists: nothing to regenerate
 
 
-def test_a_forced_tensor_core_kernel_refuses_the_serving_options():
-    """What a tensor-core kernel declines (mmaprefill/limits.h) is refused with its reason, exit 2:
-    softcapping and ALiBi on MFMA."""
+def test_a_forced_tensor_core_kernel_refuses_what_it_does_not_take():
+    """A -kernel forced onto a problem its family declines is refused with the reason, exit 2: the
+    tensor-core family's positive softmax scale (its loops take every serving option fmha.exe has)."""
     names = [line.split()[0] for line in fmha("-list").stdout.splitlines() if "_mmaprefill_" in line]
     if not names:
         pytest.skip("no tensor-core prefill kernels in this build")
-    wgmma = names[0].endswith("_sm90")
-    if wgmma:
-        pytest.skip("this build's wgmma kernels take every serving option fmha.exe has")
     name = names[0]
     dtype, head_dim, heads = name.split("_")[2], name.split("_")[3][1:], name.split("_")[4]
     problem = ["-kernel", name, f"-{dtype}", "-d", head_dim] + (["-causal-mask"] if "_causal_" in name else [])
     problem += {"mha": [], "mqa": ["-mqa"], "gqa": ["-gqa", "4"]}[heads]
-    for flags, why in [(["-softcapping-scale-bmm1", "30"], "has no logit softcapping on MFMA yet (-softcapping-scale-bmm1)"),
-                       (["-alibi"], "has no ALiBi on MFMA yet (-alibi)")]:
-        result = fmha(*problem, *flags)
-        assert result.returncode == 2, result.stdout + result.stderr
-        assert f"cannot run this problem: the tensor-core family {why}" in result.stderr, result.stderr
+    result = fmha(*problem, "-scale-bmm1", "-0.5", "-softcapping-scale-bmm1", "30", "-alibi")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ("cannot run this problem: the tensor-core family takes a positive softmax scale only (a positive "
+            "-scale-bmm1)") in result.stderr, result.stderr
+    refusal = next(line for line in result.stderr.splitlines() if "cannot run this problem:" in line)
+    assert "softcapping" not in refusal and "ALiBi" not in refusal, refusal
 
 
 def test_help_lists_the_flags_and_exits_0():

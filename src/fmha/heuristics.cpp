@@ -58,8 +58,7 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
     if (key.family == Family::mmaprefill && !mmaprefill::takes_scale(p.softmax_scale()))
         misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
     if (key.family == Family::mmaprefill) {
-        if (const char* why = mmaprefill::declined_option(matrix_core(key.arch) == MatrixCore::wgmma,
-                                                          {p.softcap != 0.f, p.alibi, p.paged(), p.dropout != 0.f, key.head_dim}))
+        if (const char* why = mmaprefill::declined_option({p.softcap != 0.f, p.alibi, p.dropout != 0.f, key.head_dim}))
             misfits.push_back(why);
     }
     if (key.family != Family::mmaprefill && p.dropout != 0.f)

@@ -27,12 +27,11 @@ namespace mmaprefill {
 // declines (mmaprefill/limits.h), and a tile count the 1-D grid holds.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.block_table != nullptr, p.dropout.p != 0.f,
-                                 Config::head_dim};
+    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.dropout.p != 0.f, Config::head_dim};
     // Q and K/V packed alike, or K/V in pages beside packed or padded Q
     const bool packed_alike = p.block_table || (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);
     return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
-           !declined_option(matrix_core(Config::arch) == MatrixCore::wgmma, options);
+           !declined_option(options);
 }
 
 // How a launch's tiles are divided, in words, for describe(): the tiles, GQA packing, and the

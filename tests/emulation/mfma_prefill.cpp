@@ -2,8 +2,8 @@
 // it) run on the host through the HIP subset of hip/hip_runtime.h beside this file, against a
 // reference in double precision from the same 16-bit inputs: the shape classes of the GPU tests
 // (odd lengths, windows, packed GQA heads, MQA, variable lengths, both layouts and packed
-// variable-length batches, paged KV caches, rows that see no key, LSE, fewer blocks than tiles), each head-dim
-// class and each arch's bf16 instruction.
+// variable-length batches, paged KV caches, softcapping and ALiBi, rows that see no key, LSE,
+// fewer blocks than tiles), each head-dim class and each arch's bf16 instruction.
 // Where no AMD GPU is at hand this is the loop's only run: fmha_test.py builds and runs it with
 // Clang 15 or later where one is installed; by hand, from the repository root after `make`:
 //   clang++-15 -std=c++20 -O1 -Wno-psabi -pthread -I tests/emulation -I src -I generated \
@@ -33,6 +33,8 @@ struct Case {
     int blocks;  // the grid (blocks take tiles in rounds)
     float dropout = 0.f;  // common/dropout.h: the reference applies the kernel's mask
     int page_size = 0;    // > 0: K/V in shuffled pages of a paged cache (layouts 0 and 1), the rest of each page NaN
+    float softcap = 0.f;  // > 0: scores softcap tanh(scale dot / softcap)
+    bool alibi = false;   // ALiBi: minus slope(head) |diagonal - key|, a slope per query head
 };
 
 template <class Config>
@@ -95,6 +97,9 @@ bool run(const Case& c, unsigned seed) {
         p.block_table = table.data(), p.max_pages_per_seq = max_pages, p.page_size = c.page_size;
     }
     p.scale = 1.f / std::sqrt(float(d));
+    std::vector<float> slopes(c.hq);
+    for (int h = 0; h < c.hq; ++h) slopes[h] = std::exp2(-8.f * float(h + 1) / float(c.hq));
+    p.softcap = c.softcap, p.alibi_slopes = c.alibi ? slopes.data() : nullptr;
     p.window = KeyWindow::of(c.left < 0 ? c.skv : c.left, c.right < 0 ? c.sq : c.right);
     p.lse = c.lse ? lse.data() : nullptr;
     const int64_t seed_offset[2] = {int64_t(uint64_t(seed) * 0x9E3779B97F4A7C15ull), int64_t(seed) << 40};
@@ -140,7 +145,8 @@ bool run(const Case& c, unsigned seed) {
                     for (int x = 0; x < d; ++x)
                         dot += double(from16<kD>(q[at(p.q_strides, cu_q, b, h, i) + x])) *
                                from16<kD>(k[at(kv_strides, cu_kv, b, hk, j) + x]);
-                    s[j] = dot * p.scale;
+                    s[j] = c.softcap > 0 ? c.softcap * std::tanh(dot * p.scale / c.softcap) : dot * p.scale;
+                    if (c.alibi) s[j] -= double(slopes[h]) * std::abs(diag - j);
                     m = std::max(m, s[j]);
                 }
                 double sum = 0;
@@ -167,10 +173,11 @@ bool run(const Case& c, unsigned seed) {
         }
     const double tolerance = kD == DType::fp16 ? 1e-2 : 3e-2;
     const bool ok = worst < tolerance && worst_lse < 1e-3 && untouched_bad == 0;
-    std::printf("%s d%d %s b%d h%d/%d s%d/%d window (%d, %d)%s%s%s layout %d, %d blocks for %lld tiles of %d head(s): "
+    std::printf("%s d%d %s b%d h%d/%d s%d/%d window (%d, %d)%s%s%s%s%s%s layout %d, %d blocks for %lld tiles of %d head(s): "
                 "max |error| %.1e, LSE %.1e, rows past a sequence written %d: %s\n",
                 kD == DType::fp16 ? "fp16" : "bf16", d, kMasked ? "causal" : "nomask", c.batch, c.hq, c.hkv, c.sq, c.skv,
-                c.left, c.right, c.varlen ? " varlen" : "", c.lse ? " lse" : "", c.dropout > 0 ? " dropout" : "", c.layout, blocks, (long long)tiling.tiles,
+                c.left, c.right, c.varlen ? " varlen" : "", c.lse ? " lse" : "", c.dropout > 0 ? " dropout" : "", c.page_size > 0 ? " paged" : "",
+                c.softcap > 0 ? " softcap" : "", c.alibi ? " alibi" : "", c.layout, blocks, (long long)tiling.tiles,
                 tiling.heads_per_tile, worst, worst_lse, untouched_bad, ok ? "OK" : "FAIL");
     return ok;
 }
@@ -209,6 +216,11 @@ int main() {
     // causal rows against longer caches, pages narrower and wider than a key tile.
     ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({3, 4, 2, 50, 170, -1, 0, true, true, 1, 3, 0.f, 16}, 18);
     ok &= run<C<bf16, 128, mha, nomask, Arch::gfx90a>>({2, 2, 2, 40, 100, -1, -1, true, true, 0, 2, 0.f, 64}, 19);
+    // Softcapping (caps near the scores' size, where tanh bends them) and ALiBi with causal,
+    // windowed and packed rows, GQA heads sharing a tile with their own slopes.
+    ok &= run<C<bf16, 256, gqa, causal, Arch::gfx942>>({1, 4, 2, 70, 90, -1, 0, false, true, 1, 2, 0.f, 0, 0.3f}, 20);
+    ok &= run<C<fp16, 128, gqa, causal, Arch::gfx90a>>({3, 8, 2, 60, 140, 30, 0, true, true, 2, 3, 0.f, 0, 0.f, true}, 21);
+    ok &= run<C<fp16, 64, mha, nomask, Arch::gfx908>>({2, 2, 2, 50, 77, -1, -1, true, true, 0, 2, 0.f, 32, 0.5f, true}, 22);
     std::printf(ok ? "all cases match the reference\n" : "some cases FAILED\n");
     return ok ? 0 : 1;
 }

@@ -94,37 +94,26 @@ TEST(Heuristics, TensorCoreFamilyPassedOverForANegativeScaleSaysWhy) {
         << s.reason;
 }
 
-// Softcapping, ALiBi and paged KV: the decode and CUDA-core prefill families take them; the
-// tensor-core family takes paged KV on both main loops and softcapping and ALiBi where its
-// main loop is wgmma, and is passed over with the reason for the others (mmaprefill/limits.h).
+// Softcapping, ALiBi and paged KV: every family takes them, the tensor-core one on both main
+// loops (wgmma and MFMA), so it keeps the launches it takes without them.
 TEST(Heuristics, ServingOptionsReachTheFamiliesThatTakeThem) {
     const KernelKey decode{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::decode, some_arch()};
     const KernelKey prefill{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::prefill, some_arch()};
     if (!find_kernel(decode) || !find_kernel(prefill)) GTEST_SKIP() << "this build's catalogue lacks one of the families";
-    const bool tensor_cores = tiled_family() == Family::mmaprefill;
-    const bool wgmma = matrix_core(some_arch()) == MatrixCore::wgmma;
-    struct Option { const char* name; void (*set)(Problem&); const char* why; bool on_wgmma, on_mfma; };
-    for (const Option& o : {Option{"softcap", [](Problem& p) { p.softcap = 30.f; }, "has no logit softcapping on MFMA yet", true, false},
-                            Option{"alibi", [](Problem& p) { p.alibi = true; }, "has no ALiBi on MFMA yet", true, false},
-                            Option{"paged", [](Problem& p) { p.page_size = 64; }, "", true, true}}) {
+    const Family tiled = tiled_family();
+    struct Option { const char* name; void (*set)(Problem&); };
+    for (const Option& o : {Option{"softcap", [](Problem& p) { p.softcap = 30.f; }},
+                            Option{"alibi", [](Problem& p) { p.alibi = true; }},
+                            Option{"paged", [](Problem& p) { p.page_size = 64; }}}) {
         Problem p = make(16, 16, 128);
         p.seqlen_q = p.seqlen_kv = 512;
         o.set(p);
         Selection s = select_kernel(p, some_arch());
         ASSERT_NE(s.entry, nullptr) << o.name;
-        const KernelKey mma{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::mmaprefill, some_arch()};
-        if (tensor_cores && (wgmma ? o.on_wgmma : o.on_mfma)) {  // the tensor-core family takes it
-            EXPECT_EQ(s.entry->key.family, Family::mmaprefill) << o.name << ": " << s.reason;
-            EXPECT_TRUE(kernel_supports(mma, p)) << o.name;
-        } else {
-            EXPECT_EQ(s.entry->key.family, Family::prefill) << o.name << ": " << s.reason;
-            if (tensor_cores)
-                EXPECT_NE(s.reason.find(std::string("not mmaprefill: the tensor-core family ") + o.why),
-                          std::string::npos) << s.reason;
-            std::string why;
-            EXPECT_FALSE(kernel_supports(mma, p, &why)) << o.name;
-            EXPECT_NE(why.find(o.why), std::string::npos) << why;
-        }
+        EXPECT_EQ(s.entry->key.family, tiled) << o.name << ": " << s.reason;
+        if (tiled == Family::mmaprefill)
+            EXPECT_TRUE(kernel_supports({DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::mmaprefill, some_arch()}, p))
+                << o.name;
         EXPECT_TRUE(kernel_supports(prefill, p)) << o.name;
         EXPECT_TRUE(kernel_supports(decode, p)) << o.name;
         p.seqlen_q = 1;  // few rows per KV head: the decode family takes them

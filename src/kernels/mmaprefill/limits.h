@@ -12,7 +12,7 @@ inline constexpr bool takes_scale(float scale) { return scale > 0.f; }
 // The run-time options a launch asks for that the family's main loops may not apply (FwdParams;
 // packed batches both loops take).
 struct RunTimeOptions {
-    bool softcap, alibi, paged, dropout;
+    bool softcap, alibi, dropout;
     int head_dim;  // the kernel's
 };
 
@@ -20,13 +20,10 @@ struct RunTimeOptions {
 // with it (docs/decisions.md, "Dropout"), so kernels past it are compiled without it.
 inline constexpr int kDropoutMaxHeadDim = 128;
 
-// Why the family declines a launch with these options on archs whose main loop is `wgmma` (else
-// MFMA): what that loop does not apply yet; nullptr where it takes them. The one list that the
-// launcher's check and the heuristic's reasons (fmha.exe -v, the C ABI's errors) both read.
-// Softcapping and ALiBi only the wgmma loop takes so far.
-inline const char* declined_option(bool wgmma, const RunTimeOptions& o) {
-    if (o.softcap && !wgmma) return "the tensor-core family has no logit softcapping on MFMA yet (-softcapping-scale-bmm1)";
-    if (o.alibi && !wgmma) return "the tensor-core family has no ALiBi on MFMA yet (-alibi)";
+// Why the family declines a launch with these options: what its main loops (wgmma and MFMA
+// alike) do not apply; nullptr where they take them. The one list that the launcher's check and
+// the heuristic's reasons (fmha.exe -v, the C ABI's errors) both read.
+inline const char* declined_option(const RunTimeOptions& o) {
     if (o.dropout && o.head_dim > kDropoutMaxHeadDim) return "the tensor-core family applies dropout up to head_dim 128";
     if (o.dropout && (o.softcap || o.alibi))
         return "the tensor-core family applies dropout without softcapping or ALiBi only (one more main-loop variant each)";

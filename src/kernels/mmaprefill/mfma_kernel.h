@@ -18,6 +18,8 @@
 // The epilogue divides each lane's O^T column (one query row, 4 head-dim values per register
 // group) by its row sum and stores the rows that exist, 8 bytes at a time; the natural-log LSE
 // of each row goes to p.lse if asked. docs/mmaprefill.md holds it against the Hopper loop.
+// Softcapping and ALiBi (common/scoring.h) turn a tile's dot products into log2-domain scores
+// before the mask, where the launch asks for them (a wave-uniform branch per key tile).
 // Dropout (common/dropout.h) zeroes probabilities after the softmax has summed them, one
 // Philox call per element (the transposed layout holds no four of one call's columns), and
 // the epilogue scales O by 1 / (1 - p).
@@ -32,6 +34,7 @@
 #include "kernels/common/fragment_softmax.h"
 #include "kernels/common/paged_kv.h"
 #include "kernels/common/rows.h"
+#include "kernels/common/scoring.h"
 #include "kernels/common/tile_schedule.h"
 #include "kernels/config.h"
 #include "kernels/group.h"
@@ -100,6 +103,9 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
     const int half = lane / mfma::kBlock;  // the lane holds items 4 half .. 4 half + 3 of each k step
     const float scale_log2 = p.scale * kLog2e;
     const auto row_of = [](int) { return 0; };
+    const bool scored = p.softcap != 0.f || p.alibi_slopes != nullptr;
+    FragmentScoring<1> scoring;  // this lane's row's ALiBi slope beside the launch's rule
+    scoring.init(p.scale, p.softcap);
     const bool dropping = T::kHeadDim <= kDropoutMaxHeadDim && p.dropout.p != 0.f;
     const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
     Dropout::Row dropout_row{};  // this lane's row's counter words
@@ -176,26 +182,28 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         float s[T::kKeyBlocks * mfma::kAccumulators];
 #pragma unroll
         for (int e = 0; e < T::kKeyBlocks * mfma::kAccumulators; ++e) s[e] = scores[e / mfma::kAccumulators][e % mfma::kAccumulators];
-        if (keys.needs_mask(i, T::kBlockKeys)) {  // masked keys get -inf
-            const int k0 = keys.first_key(i, T::kBlockKeys);
+        const int k0 = keys.first_key(i, T::kBlockKeys);
+        const auto key_of = [&](int e) {
+            return k0 + e / mfma::kAccumulators * mfma::kBlock + mfma::d_element(lane, e % mfma::kAccumulators).row;
+        };
+        if (scored) {  // scores in the log2 domain (the softmax then takes a scale of 1)
 #pragma unroll
-            for (int e = 0; e < T::kKeyBlocks * mfma::kAccumulators; ++e) {
-                const int key = k0 + e / mfma::kAccumulators * mfma::kBlock + mfma::d_element(lane, e % mfma::kAccumulators).row;
-                if (!keys.sees(0, key)) s[e] = -INFINITY;
-            }
+            for (int e = 0; e < T::kKeyBlocks * mfma::kAccumulators; ++e)
+                s[e] = scoring.rule.capped(s[e]) - ScoreRule::bias(scoring.slope_log2[0], keys.diagonal[0], key_of(e));
+        }
+        if (keys.needs_mask(i, T::kBlockKeys)) {  // masked keys get -inf
+#pragma unroll
+            for (int e = 0; e < T::kKeyBlocks * mfma::kAccumulators; ++e)
+                if (!keys.sees(0, key_of(e))) s[e] = -INFINITY;
         }
         float rescale[1];
-        softmax.update(s, scale_log2, rescale, row_of);
+        softmax.update(s, scored ? 1.f : scale_log2, rescale, row_of);
         if (dropping) {  // keep bits first: a loop of one Philox call per element, then the selects
             constexpr int kElements = T::kKeyBlocks * mfma::kAccumulators;
             static_assert(kElements <= 64, "dropout's keep bits: one 64-bit word per key tile");
-            const int k0 = keys.first_key(i, T::kBlockKeys);
             uint64_t kept = 0;
 #pragma unroll 1
-            for (int e = 0; e < kElements; ++e) {
-                const int key = k0 + e / mfma::kAccumulators * mfma::kBlock + mfma::d_element(lane, e % mfma::kAccumulators).row;
-                kept |= uint64_t(dropout.keeps(dropout_row, key)) << e;
-            }
+            for (int e = 0; e < kElements; ++e) kept |= uint64_t(dropout.keeps(dropout_row, key_of(e))) << e;
 #pragma unroll
             for (int e = 0; e < kElements; ++e) s[e] = (kept >> e) & 1u ? s[e] : 0.f;
         }
@@ -226,6 +234,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         {
             const int position[1] = {position_of(row)};
             keys = KeyTiles<kMasked, 1>::of(work, tiling, row0, mfma::kBlock, p.window, position, T::kBlockKeys);
+            scoring.set_row(0, p.alibi_slopes, work.tile.head0 + row / tiling.rows_per_head, row_exists(row));
             if (dropping)
                 dropout_row = dropout.row(int64_t(work.tile.batch) * p.heads_q + work.tile.head0 + row / tiling.rows_per_head,
                                           position[0]);

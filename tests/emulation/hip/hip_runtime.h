@@ -62,6 +62,7 @@ inline uint32_t __byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
     return result;
 }
 inline float __log2f(float x) { return std::log2(x); }
+inline float __fdividef(float a, float b) { return a / b; }
 inline int min(int a, int b) { return std::min(a, b); }
 inline int max(int a, int b) { return std::max(a, b); }
 inline int __ffs(int x) { return __builtin_ffs(x); }  // 1 + the lowest set bit's index, 0 for 0
