@@ -64,14 +64,23 @@ def _aligned(t, strides):
     return t.data_ptr() % 16 == 0 and strides[0] % 8 == 0 and strides[1] % 8 == 0 and strides[2] % 8 == 0
 
 
+def _alibi_mode(alibi_slopes):
+    """The C ABI's problem.alibi for these slopes: 0 none; 1 one row of slopes for every sequence
+    ([heads], or [batch, heads] as an expand() of one row); 2 a row per sequence (contiguous
+    [batch, heads]); None where the kernels cannot read them as laid out."""
+    if alibi_slopes is None:
+        return 0
+    if alibi_slopes.stride(-1) != 1 and alibi_slopes.shape[-1] > 1:
+        return None
+    if alibi_slopes.dim() == 1 or alibi_slopes.shape[0] == 1 or alibi_slopes.stride(0) == 0:
+        return 1
+    return 2 if alibi_slopes.stride(0) == alibi_slopes.shape[1] else None
+
+
 def _options_why_not(alibi_slopes, paged, k):
     """Why the kernels cannot take these serving options as given, or None."""
-    if alibi_slopes is not None:
-        if alibi_slopes.stride(-1) != 1 and alibi_slopes.shape[-1] > 1:
-            return "alibi_slopes is not contiguous, which the kernels read: alibi_slopes.contiguous() makes it so"
-        if alibi_slopes.dim() == 2 and alibi_slopes.shape[0] > 1 and alibi_slopes.stride(0) != 0:
-            return ("alibi_slopes [batch, heads] may differ per sequence; the kernels take one slope per head "
-                    "([heads], or [batch, heads] as an expand() of one row)")
+    if _alibi_mode(alibi_slopes) is None:
+        return "alibi_slopes is not contiguous, which the kernels read: alibi_slopes.contiguous() makes it so"
     if paged is not None:
         table, page_size = paged[0], k.shape[1]
         if not 16 <= page_size <= 256 or page_size & (page_size - 1):
@@ -117,7 +126,7 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None, soft
     except OSError as error:
         return None, str(error)
     key = (q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, _INT32_MAX),
-           min(right, _INT32_MAX), scale, packed is not None, softcap, alibi_slopes is not None, page_size, max_pages,
+           min(right, _INT32_MAX), scale, packed is not None, softcap, _alibi_mode(alibi_slopes), page_size, max_pages,
            dropout_p)
     prepared = _plans.get(key)
     if prepared is None:

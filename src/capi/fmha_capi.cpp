@@ -73,6 +73,9 @@ fmha_status to_problem(const fmha_problem* c, Problem* p) {
     p->page_size = c->page_size;
     p->dropout = c->dropout_p;
     std::vector<std::string> invalid = p->validate();
+    if (c->alibi < 0 || c->alibi > 2)
+        invalid.push_back("alibi must be 0 (off), 1 (slopes [heads_q]) or 2 (slopes [batch, heads_q]), got " +
+                          std::to_string(c->alibi));
     if (c->page_size < 0) invalid.push_back("page_size must be >= 0 (0: not paged)");
     // The block table may be wider than the longest sequence needs, never narrower.
     const int pages_needed = paged_kv_shape(*p).max_pages_per_seq;
@@ -425,7 +428,7 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
                                                                " (paged KV) needs tensors.block_table"
                                                          : std::string("tensors.block_table is given but problem.page_size is 0"));
         if (p.alibi != (t.alibi_slopes != nullptr))
-            return fail(FMHA_INVALID_ARGUMENT, p.alibi ? "problem.alibi needs tensors.alibi_slopes (fp32 [heads_q])"
+            return fail(FMHA_INVALID_ARGUMENT, p.alibi ? "problem.alibi needs tensors.alibi_slopes (fp32 [heads_q] or [batch, heads_q])"
                                                        : "tensors.alibi_slopes is given but problem.alibi is 0");
         if (reinterpret_cast<uintptr_t>(t.alibi_slopes) % 4 != 0 || reinterpret_cast<uintptr_t>(t.block_table) % 4 != 0)
             return fail(FMHA_INVALID_ARGUMENT, "tensors.alibi_slopes and block_table must be 4-byte aligned");
@@ -436,6 +439,7 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         FwdParams params = shape_params(p);
         take_inputs(params, t);
         params.alibi_slopes = t.alibi_slopes;
+        params.alibi_batch_stride = problem->alibi == 2 ? p.heads_q : 0;
         params.block_table = t.block_table;
         if (p.paged()) params.max_pages_per_seq = problem->max_pages_per_seq;  // the caller's table width
         if (p.layout == Layout::packed) {

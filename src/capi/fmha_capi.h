@@ -51,7 +51,8 @@ typedef struct fmha_problem {
     /* Serving options (v3), FlashAttention's rule: s = scale * q.k; s = softcap * tanh(s / softcap);
      * s -= alibi_slopes[h] * |i + len_kv - len_q - j|. */
     float softcap;             /* 0 = off; else finite and > 0 */
-    int32_t alibi;             /* tensors.alibi_slopes is given */
+    int32_t alibi;             /* 1: tensors.alibi_slopes is fp32 [heads_q]; 2: [batch, heads_q] contiguous,
+                                  a row per sequence; 0: off */
     int32_t page_size;         /* paged KV cache (tensors.block_table): keys per page, a power of two from 16
                                   to 256; 0 = K and V laid out by their strides */
     int32_t max_pages_per_seq; /* paged: the block table's width, at least seqlen_kv / page_size rounded up */
@@ -79,7 +80,7 @@ typedef struct fmha_tensors {
     const int32_t* cu_seqlens_q;
     const int32_t* cu_seqlens_kv;
     int32_t total_q, total_kv;
-    /* v3: fp32 [heads_q] ALiBi slopes (problem.alibi), else NULL. */
+    /* v3: fp32 ALiBi slopes, [heads_q] or [batch, heads_q] (problem.alibi), else NULL. */
     const float* alibi_slopes;
     /* v3: int32 [batch, max_pages_per_seq] contiguous (problem.page_size), else NULL: key j of sequence b
      * is row j % page_size of page block_table[b][j / page_size]; K and V are then

@@ -79,7 +79,8 @@ struct FwdParams {
     // where diagonal = i + len_kv - len_q (the causal diagonal of query i, bottom-right aligned):
     // FlashAttention's ALiBi, which for causal rows equals slope * (j - diagonal).
     float softcap;
-    const float* alibi_slopes;  // fp32 [heads_q]
+    const float* alibi_slopes;  // fp32 [heads_q], or [batch, heads_q] rows alibi_batch_stride apart
+    int alibi_batch_stride;     // 0: every sequence's slopes the same row; heads_q: a row per sequence
 
     // Paged KV cache (FMHA_v2's -paged-kv); nullptr: K and V are laid out by their strides.
     // Key j of sequence b is row j % page_size of page block_table[b * max_pages_per_seq +

@@ -157,7 +157,7 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
             for (int r = 0; r < R; ++r) {
                 const MaskRow row = mask.row(q0 + group_row0 + r);
                 RowScoring scoring;
-                if constexpr (kOptions) scoring = RowScoring::of(p.scale, p.softcap, p.alibi_slopes, head, row);
+                if constexpr (kOptions) scoring = RowScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch), head, row);
 #pragma unroll
                 for (int t = 0; t < T::kKeysPerLane; ++t) {
                     const int key = k0 + t * T::kGroupWidth + lane;

@@ -161,6 +161,11 @@ TEST(CApi, ServingOptionsAreValidated) {
     p.softcap = -1.f;
     EXPECT_EQ(planned(p), FMHA_INVALID_ARGUMENT);
     EXPECT_NE(error().find("softcap (-softcapping-scale-bmm1) must be a finite number >= 0"), std::string::npos) << error();
+    p = valid_problem();
+    p.alibi = 3;
+    EXPECT_EQ(planned(p), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("alibi must be 0 (off), 1 (slopes [heads_q]) or 2 (slopes [batch, heads_q]), got 3"),
+              std::string::npos) << error();
 }
 
 TEST(CApi, ForwardNeedsTheOptionsTensors) {

@@ -1001,19 +1001,23 @@ def test_torch_softcap_and_alibi_match_fp64(shape, options):
 
 
 @needs_cuda
-def test_torch_alibi_per_sequence_falls_back_with_a_reason():
+@pytest.mark.parametrize("seqlen_q, seqlen_kv, causal, head_dim", [(1, 300, False, 128), (2, 77, True, 64),
+                                                                   (200, 333, True, 64), (129, 129, False, 128)])
+def test_torch_alibi_slopes_per_sequence(seqlen_q, seqlen_kv, causal, head_dim):
+    """FlashAttention's ALiBi slopes [batch, heads], a row per sequence, on the kernels (strict) in
+    the decode and tensor-core prefill families, against the fp64 reference."""
     api = _api()
     torch.manual_seed(10)
-    q, k, v = _random(2, 1, 8, 64), _random(2, 50, 2, 64), _random(2, 50, 2, 64)
-    alibi = _slopes(8, "cuda", 2)
-    choice = api.which_backend(q, k, v, alibi_slopes=alibi)
-    assert choice.backend == "sdpa" and "may differ per sequence" in choice.reason, choice
-    with pytest.raises(api.UnsupportedError, match="may differ per sequence"):
-        api.flash_attn_func(q, k, v, alibi_slopes=alibi, strict=True)
-    _backends._warned.clear()
-    with pytest.warns(api.FallbackWarning, match="may differ per sequence"):
-        out = api.flash_attn_func(q, k, v, alibi_slopes=alibi)
-    _assert_flash_rule(out, _reference(q, k, v, alibi=alibi)[0], _reference(q, k, v, alibi=alibi, dtype=q.dtype)[0])
+    q, k, v = _random(3, seqlen_q, 8, head_dim), _random(3, seqlen_kv, 2, head_dim), _random(3, seqlen_kv, 2, head_dim)
+    alibi = _slopes(8, "cuda", 3)
+    choice = api.which_backend(q, k, v, causal=causal, alibi_slopes=alibi)
+    assert choice.backend == "fmha", choice
+    out, lse = api.flash_attn_func(q, k, v, causal=causal, alibi_slopes=alibi, return_lse=True, strict=True)
+    reference, reference_lse = _reference(q, k, v, causal, alibi=alibi)
+    _assert_flash_rule(out, reference, _reference(q, k, v, causal, alibi=alibi, dtype=q.dtype)[0])
+    torch.testing.assert_close(lse.double(), reference_lse, atol=2e-3, rtol=1e-3)
+    # The rows do differ: the same slopes for every sequence give another answer.
+    assert not torch.allclose(out, api.flash_attn_func(q, k, v, causal=causal, alibi_slopes=alibi[0], strict=True))
 
 
 @needs_cuda
@@ -1027,7 +1031,7 @@ def test_torch_varlen_softcap_alibi_and_pages(paged):
     heads, heads_kv, head_dim, page_size = 8, 2, 128, 64
     q = _random(sum(lengths_q), heads, head_dim)
     k, v = (_random(sum(lengths_k), heads_kv, head_dim) for _ in range(2))
-    slopes = _slopes(heads, "cuda")
+    slopes = _slopes(heads, "cuda", len(lengths_q))  # a row per sequence
     options = dict(causal=True, softcap=10.0, alibi_slopes=slopes, return_lse=True, strict=True)
     if paged:  # each sequence's keys in its own shuffled pages, NaN past them (a cache's unused rows)
         capacity = 768
@@ -1044,8 +1048,8 @@ def test_torch_varlen_softcap_alibi_and_pages(paged):
     for b in range(len(lengths_q)):
         rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
         args = (q[rows].unsqueeze(0), k[keys].unsqueeze(0), v[keys].unsqueeze(0))
-        reference, reference_lse = _reference(*args, causal=True, softcap=10.0, alibi=slopes)
-        pytorch, _ = _reference(*args, causal=True, softcap=10.0, alibi=slopes, dtype=q.dtype)
+        reference, reference_lse = _reference(*args, causal=True, softcap=10.0, alibi=slopes[b:b + 1])
+        pytorch, _ = _reference(*args, causal=True, softcap=10.0, alibi=slopes[b:b + 1], dtype=q.dtype)
         _assert_flash_rule(out[rows].unsqueeze(0), reference, pytorch, f"sequence {b}")
         torch.testing.assert_close(lse[:, rows].double(), reference_lse[0], atol=2e-3, rtol=1e-3)
 

@@ -23,6 +23,13 @@ __host__ __device__ inline bool has_run_time_options(const FwdParams& p) {
            p.cu_seqlens_q != nullptr || p.cu_seqlens_kv != nullptr || p.dropout.p != 0.f;
 }
 
+// Sequence b's ALiBi slopes (FwdParams::alibi_slopes: the same [heads_q] for every sequence, or
+// row b of [batch, heads_q]), or nullptr without ALiBi. Takes values: a reference to a kernel
+// argument costs a stack copy on AMD.
+__host__ __device__ inline const float* sequence_slopes(const float* alibi_slopes, int batch_stride, int64_t batch) {
+    return alibi_slopes ? alibi_slopes + batch * batch_stride : nullptr;
+}
+
 // The launch-wide part of the rule: the scale and the softcap, pre-multiplied by log2(e). The
 // tensor-core decode holds one of these and each row's ALiBi slope (RowScoring: per row).
 struct ScoreRule {

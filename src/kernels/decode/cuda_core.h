@@ -114,7 +114,8 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         RowScoring scoring[R];
         if constexpr (T::kOptions) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) scoring[r] = RowScoring::of(p.scale, p.softcap, p.alibi_slopes, rows[r].head, rows[r]);
+            for (int r = 0; r < R; ++r) scoring[r] = RowScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, item.batch),
+                                                       rows[r].head, rows[r]);
         }
 
         uint4 q[R][V];

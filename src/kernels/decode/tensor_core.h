@@ -154,7 +154,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                     int lo, hi;
                     sees.key_range(item.len_kv, lo, hi);
                     slots.view[rt][e][lane] =
-                        make_uint4(lo, hi, __float_as_uint(ScoreRule::slope_log2(p.alibi_slopes, row.head, row)), row.diagonal);
+                        make_uint4(lo, hi,
+                                   __float_as_uint(ScoreRule::slope_log2(
+                                       sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, item.batch), row.head, row)),
+                                   row.diagonal);
                     slots.row[rt][e][lane] = make_uint2(row.head, row.valid ? row.position : -1);
                 }
             }

@@ -234,7 +234,8 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         {
             const int position[1] = {position_of(row)};
             keys = KeyTiles<kMasked, 1>::of(work, tiling, row0, mfma::kBlock, p.window, position, T::kBlockKeys);
-            scoring.set_row(0, p.alibi_slopes, work.tile.head0 + row / tiling.rows_per_head, row_exists(row));
+            scoring.set_row(0, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, work.tile.batch),
+                            work.tile.head0 + row / tiling.rows_per_head, row_exists(row));
             if (dropping)
                 dropout_row = dropout.row(int64_t(work.tile.batch) * p.heads_q + work.tile.head0 + row / tiling.rows_per_head,
                                           position[0]);

@@ -447,7 +447,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                 for (int h = 0; h < 2; ++h) {
                     const int row = row0 + wgmma::accumulator_position(thread, 2 * h).row;
                     const int head_in_tile = row / tiling.rows_per_head;
-                    scoring.set_row(h, p.alibi_slopes, work.tile.head0 + head_in_tile, head_in_tile < work.tile.heads);
+                    scoring.set_row(h, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, work.tile.batch),
+                                    work.tile.head0 + head_in_tile, head_in_tile < work.tile.heads);
                 }
             }
         }
