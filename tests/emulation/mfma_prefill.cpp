@@ -34,7 +34,7 @@ struct Case {
     float dropout = 0.f;  // common/dropout.h: the reference applies the kernel's mask
     int page_size = 0;    // > 0: K/V in shuffled pages of a paged cache (layouts 0 and 1), the rest of each page NaN
     float softcap = 0.f;  // > 0: scores softcap tanh(scale dot / softcap)
-    bool alibi = false;   // ALiBi: minus slope(head) |diagonal - key|, a slope per query head
+    int alibi = 0;        // ALiBi: minus slope |diagonal - key|; 1: a slope per query head, 2: per sequence and head
 };
 
 template <class Config>
@@ -97,9 +97,11 @@ bool run(const Case& c, unsigned seed) {
         p.block_table = table.data(), p.max_pages_per_seq = max_pages, p.page_size = c.page_size;
     }
     p.scale = 1.f / std::sqrt(float(d));
-    std::vector<float> slopes(c.hq);
-    for (int h = 0; h < c.hq; ++h) slopes[h] = std::exp2(-8.f * float(h + 1) / float(c.hq));
+    std::vector<float> slopes(size_t(c.batch) * c.hq);
+    for (size_t n = 0; n < slopes.size(); ++n) slopes[n] = std::exp2(-8.f * float(n % c.hq + 1) / float(c.hq)) * (1.f + float(n / c.hq));
     p.softcap = c.softcap, p.alibi_slopes = c.alibi ? slopes.data() : nullptr;
+    const int slope_stride = c.alibi == 2 ? c.hq : 0;  // between sequences' rows
+    p.alibi_batch_stride = slope_stride;
     p.window = KeyWindow::of(c.left < 0 ? c.skv : c.left, c.right < 0 ? c.sq : c.right);
     p.lse = c.lse ? lse.data() : nullptr;
     const int64_t seed_offset[2] = {int64_t(uint64_t(seed) * 0x9E3779B97F4A7C15ull), int64_t(seed) << 40};
@@ -146,7 +148,7 @@ bool run(const Case& c, unsigned seed) {
                         dot += double(from16<kD>(q[at(p.q_strides, cu_q, b, h, i) + x])) *
                                from16<kD>(k[at(kv_strides, cu_kv, b, hk, j) + x]);
                     s[j] = c.softcap > 0 ? c.softcap * std::tanh(dot * p.scale / c.softcap) : dot * p.scale;
-                    if (c.alibi) s[j] -= double(slopes[h]) * std::abs(diag - j);
+                    if (c.alibi) s[j] -= double(slopes[size_t(b) * slope_stride + h]) * std::abs(diag - j);
                     m = std::max(m, s[j]);
                 }
                 double sum = 0;
@@ -177,7 +179,7 @@ bool run(const Case& c, unsigned seed) {
                 "max |error| %.1e, LSE %.1e, rows past a sequence written %d: %s\n",
                 kD == DType::fp16 ? "fp16" : "bf16", d, kMasked ? "causal" : "nomask", c.batch, c.hq, c.hkv, c.sq, c.skv,
                 c.left, c.right, c.varlen ? " varlen" : "", c.lse ? " lse" : "", c.dropout > 0 ? " dropout" : "", c.page_size > 0 ? " paged" : "",
-                c.softcap > 0 ? " softcap" : "", c.alibi ? " alibi" : "", c.layout, blocks, (long long)tiling.tiles,
+                c.softcap > 0 ? " softcap" : "", c.alibi == 2 ? " alibi per sequence" : c.alibi ? " alibi" : "", c.layout, blocks, (long long)tiling.tiles,
                 tiling.heads_per_tile, worst, worst_lse, untouched_bad, ok ? "OK" : "FAIL");
     return ok;
 }
@@ -216,11 +218,11 @@ int main() {
     // causal rows against longer caches, pages narrower and wider than a key tile.
     ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({3, 4, 2, 50, 170, -1, 0, true, true, 1, 3, 0.f, 16}, 18);
     ok &= run<C<bf16, 128, mha, nomask, Arch::gfx90a>>({2, 2, 2, 40, 100, -1, -1, true, true, 0, 2, 0.f, 64}, 19);
-    // Softcapping (caps near the scores' size, where tanh bends them) and ALiBi with causal,
-    // windowed and packed rows, GQA heads sharing a tile with their own slopes.
+    // Softcapping (caps near the scores' size, where tanh bends them) and ALiBi (case 21: a row of
+    // slopes per sequence) with causal, windowed and packed rows, GQA heads sharing a tile.
     ok &= run<C<bf16, 256, gqa, causal, Arch::gfx942>>({1, 4, 2, 70, 90, -1, 0, false, true, 1, 2, 0.f, 0, 0.3f}, 20);
-    ok &= run<C<fp16, 128, gqa, causal, Arch::gfx90a>>({3, 8, 2, 60, 140, 30, 0, true, true, 2, 3, 0.f, 0, 0.f, true}, 21);
-    ok &= run<C<fp16, 64, mha, nomask, Arch::gfx908>>({2, 2, 2, 50, 77, -1, -1, true, true, 0, 2, 0.f, 32, 0.5f, true}, 22);
+    ok &= run<C<fp16, 128, gqa, causal, Arch::gfx90a>>({3, 8, 2, 60, 140, 30, 0, true, true, 2, 3, 0.f, 0, 0.f, 2}, 21);
+    ok &= run<C<fp16, 64, mha, nomask, Arch::gfx908>>({2, 2, 2, 50, 77, -1, -1, true, true, 0, 2, 0.f, 32, 0.5f, 1}, 22);
     std::printf(ok ? "all cases match the reference\n" : "some cases FAILED\n");
     return ok ? 0 : 1;
 }
