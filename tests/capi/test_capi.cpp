@@ -189,7 +189,7 @@ TEST(CApi, ForwardNeedsTheOptionsTensors) {
     fmha_problem alibi = valid_problem();
     alibi.alibi = 1;
     EXPECT_EQ(fmha_forward(&plan, &alibi, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
-    EXPECT_EQ(error(), "problem.alibi needs tensors.alibi_slopes (fp32 [heads_q])");
+    EXPECT_EQ(error(), "problem.alibi needs tensors.alibi_slopes (fp32 [heads_q] or [batch, heads_q])");
     fmha_tensors with_slopes = t;
     with_slopes.alibi_slopes = slopes;
     EXPECT_EQ(fmha_forward(&plan, &plain, &with_slopes, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);

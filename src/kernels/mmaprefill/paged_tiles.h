@@ -6,8 +6,8 @@
 // row found through the block table, into the swizzled layout a box would have, and zeros past
 // the sequence (the cache holds whatever there, and P.V would take NaN in V through a masked
 // key's zero). A tile's full barrier counts one arrival per producer thread either way; a copy's
-// the hardware makes once the thread's copies have landed, and the consumers fence copied tiles
-// for wgmma's reads through the async proxy (docs/mmaprefill.md, "Paged KV").
+// the hardware makes once the thread's copies have landed, and the consumers fence a paged
+// launch's tiles for wgmma's reads through the async proxy (docs/mmaprefill.md, "Paged KV").
 #pragma once
 
 #include <hip/hip_runtime.h>
