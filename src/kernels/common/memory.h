@@ -45,7 +45,8 @@ __device__ inline void copy_async_16(void* shared, const void* global, bool vali
 #if defined(__HIP_PLATFORM_NVIDIA__)
 // The first `bytes` (0 to 16) of 16 from global memory to the shared-memory address `shared`,
 // the rest of them zeros: a row's last chunk where head_dim is not a multiple of 8, or nothing
-// read at all; through L2 only (.cg). Complete as copy_async_wait() says.
+// read at all; through L2 only (.cg). Complete once copy_async_wait_all() has passed, or as
+// hopper::copy_async_arrive()'s barrier says.
 __device__ inline void copy_async_prefix(uint32_t shared, const void* global, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global), "r"(bytes) : "memory");
 }
@@ -55,20 +56,6 @@ __device__ inline void copy_async_prefix(uint32_t shared, const void* global, in
 __device__ inline void copy_async_wait_all() {
 #if defined(__HIP_PLATFORM_NVIDIA__)
     asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
-// Closes a group of this thread's asynchronous copies; copy_async_wait<n>() waits until at most
-// n of its groups are still in flight.
-__device__ inline void copy_async_commit() {
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int kInFlight>
-__device__ inline void copy_async_wait() {
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    asm volatile("cp.async.wait_group %0;" ::"n"(kInFlight) : "memory");
 #endif
 }
 
