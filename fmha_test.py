@@ -239,10 +239,11 @@ def test_bad_input_exits_2_with_a_message(args, message):
     assert "Traceback" not in result.stderr and "terminate" not in result.stderr
 
 
-@pytest.mark.parametrize("head_dim", [7, 100, 264, 100000])
+@pytest.mark.parametrize("head_dim", [264, 100000])
 def test_a_head_dim_the_generator_rejects_gets_its_rule_not_a_command(head_dim):
-    """Every multiple of 8 up to 256 runs (on the next larger kernel); for the others fmha.exe says
-    why no generator command can add one (the advice for a head_dim it can add: test_heuristics)."""
+    """Every head_dim up to 256 runs (on the next larger kernel; test_fmha_exe_checks_element_rows);
+    past it fmha.exe says why no generator command can add one (the advice for a head_dim it can
+    add: test_heuristics)."""
     result = fmha("-d", head_dim)
     assert result.returncode == 2, result.stdout + result.stderr
     generator = subprocess.run([sys.executable, "setup.py", "--refresh", "--head-dims", str(head_dim), "--list"],
@@ -550,15 +551,46 @@ PACKED_RUNS = {
                                     "-paged-kv", "-page-size", "32"], "mmaprefill"),
 }
 
+# Element rows (a head_dim that is not a multiple of 8: rows read and written element by
+# element, on the tensor-core family's next larger kernel): odd lengths, GQA, each layout, a
+# paged cache, decode-shaped rows the decode family cannot read, the scoring options.
+ELEMENT_ROW_RUNS = {
+    "d59_causal_gqa": ["-b", "3", "-h", "6", "-gqa", "3", "-s", "333", "-s-q", "190", "-d", "59", "-causal-mask"],
+    "d111_bshd_bf16": ["-b", "2", "-h", "5", "-s", "700", "-d", "111", "-layout", "bshd", "-bf16"],
+    "d7_packed_window": ["-b", "5", "-h", "4", "-s", "400", "-min-s", "1", "-d", "7", "-layout", "packed",
+                         "-window-left", "60", "-window-right", "9"],
+    "d203_qkv_packed_causal": ["-b", "2", "-h", "3", "-s", "257", "-d", "203", "-layout", "qkv-packed", "-causal-mask"],
+    "d59_paged_chunked_prefill": ["-b", "3", "-h", "8", "-gqa", "4", "-s", "900", "-s-q", "200", "-min-s", "300", "-d",
+                                  "59", "-causal-mask", "-paged-kv", "-page-size", "16", "-bf16"],
+    "d111_decode_shaped_softcap_alibi": ["-b", "4", "-h", "8", "-gqa", "8", "-s", "1000", "-s-q", "1", "-d", "111",
+                                         "-softcapping-scale-bmm1", "20", "-alibi"],
+}
+
+
+def checked_run(*args):
+    """fmha.exe with the LSE and the launch described: both checks succeed."""
+    result = fmha(*args, "-lse", "-v", "1", "-runs", "3", "-warm-up-runs", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Checks........: SUCCESS" in result.stdout
+    assert "Checks LSE....: SUCCESS" in result.stdout
+    return result
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", list(ELEMENT_ROW_RUNS))
+def test_fmha_exe_checks_element_rows(name):
+    result = checked_run(*ELEMENT_ROW_RUNS[name])
+    kernel = re.search(r"^Kernel\.+: (\S+)", result.stdout, re.M)
+    assert kernel and "_mmaprefill_" in kernel.group(1), result.stdout
+    if kernel.group(1).endswith("_sm90"):
+        assert re.search(r"^Launch\.+: .*element rows", result.stdout, re.M), result.stdout
+
 
 @needs_gpu
 @pytest.mark.parametrize("name", list(PACKED_RUNS))
 def test_fmha_exe_checks_packed_batches(name):
     args, family = PACKED_RUNS[name]
-    result = fmha(*args, "-layout", "packed", "-lse", "-v", "1", "-runs", "3", "-warm-up-runs", "1")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Checks........: SUCCESS" in result.stdout
-    assert "Checks LSE....: SUCCESS" in result.stdout
+    result = checked_run(*args, "-layout", "packed")
     kernel = re.search(r"^Kernel\.+: (\S+)", result.stdout, re.M)
     on_wgmma = any(line.endswith("_sm90") for line in fmha("-list").stdout.split())
     if family != "mmaprefill" or on_wgmma:
@@ -568,10 +600,7 @@ def test_fmha_exe_checks_packed_batches(name):
 @needs_gpu
 @pytest.mark.parametrize("name", list(SERVING_RUNS))
 def test_fmha_exe_checks_the_serving_options(name):
-    result = fmha(*SERVING_RUNS[name], "-lse", "-v", "1", "-runs", "3", "-warm-up-runs", "1")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Checks........: SUCCESS" in result.stdout
-    assert "Checks LSE....: SUCCESS" in result.stdout
+    result = checked_run(*SERVING_RUNS[name])
     kernel = re.search(r"^Kernel\.+: (\S+) \((.*)\)$", result.stdout, re.M)
     assert kernel, result.stdout
     paged = "-paged-kv" in SERVING_RUNS[name]

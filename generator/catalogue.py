@@ -34,6 +34,9 @@ class Family:
     # Its kernels also serve smaller head_dims (multiples of 8): columns past the problem's are
     # zeros in the loads and left out of the stores, so a d128 kernel runs d80.
     serves_smaller_head_dims: bool = False
+    # ... and any smaller head_dim, whose rows are not 16-byte vectors (59, 111): read and
+    # written element by element (docs/design.md, "Element rows").
+    serves_element_rows: bool = False
     direction: str = "fwd"    # DIRECTIONS: the name's prefix, the params struct and the table it goes in
     heads_kinds: tuple = HEADS_KINDS  # a gqa kernel runs every group size: a family may build only it
 
@@ -73,7 +76,7 @@ FAMILIES = {
         Family("mmaprefill", 16, 256,
                "tiled on the matrix cores (Hopper: wgmma fed by TMA, warp-specialised; CDNA: MFMA, "
                "K/V through LDS), for many query rows per KV head", matrix_cores=("wgmma", "mfma"),
-               serves_smaller_head_dims=True),
+               serves_smaller_head_dims=True, serves_element_rows=True),
         # The backward's first family: FlashAttention-2's loop on mma.sync (NVIDIA). Its place for
         # CDNA is the same loop on MFMA (src/kernels/mmabwd/README.md); until then AMD has none.
         Family("mmabwd", 64, 128,

@@ -20,7 +20,7 @@ class Prepared:
     """What a launch needs beyond the tensors: the plan, the C problem it was made for, the
     library, and what the hot path reads of them as plain Python values."""
     __slots__ = ("plan", "problem", "kernel", "reason", "library", "launch", "plan_address", "problem_address",
-                 "device_index", "device", "workspace_bytes", "out_shape", "lse_shape", "o_strides")
+                 "device_index", "device", "workspace_bytes", "out_shape", "lse_shape", "o_strides", "pointer_mask")
 
     def __init__(self, plan, problem, kernel, reason, library, device):
         self.plan, self.problem, self.kernel, self.reason, self.library = plan, problem, kernel, reason, library
@@ -31,6 +31,7 @@ class Prepared:
         batch, heads, seqlen_q, head_dim = problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim
         self.out_shape, self.lse_shape = (batch, seqlen_q, heads, head_dim), (batch, heads, seqlen_q)
         self.o_strides = (seqlen_q * heads * head_dim, head_dim, heads * head_dim)  # contiguous [b, s, h, d]
+        self.pointer_mask = 1 if head_dim % 8 else 15  # the low bits the kernels' loads need clear (_aligned)
         if problem.packed:  # [total_q, h, d]; the shapes' token count is the call's (forward_packed)
             self.o_strides = (heads * head_dim, head_dim, heads * head_dim)
 
@@ -61,6 +62,10 @@ def _kernel_strides(t, packed=False):
 
 
 def _aligned(t, strides):
+    """Whether the kernels read t in place: rows of 16-byte vectors, or (a head_dim that is not a
+    multiple of 8, whose rows the kernels read element by element) 2-byte elements."""
+    if t.shape[-1] % 8:
+        return t.data_ptr() % 2 == 0
     return t.data_ptr() % 16 == 0 and strides[0] % 8 == 0 and strides[1] % 8 == 0 and strides[2] % 8 == 0
 
 
@@ -108,9 +113,6 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None, soft
         return None, f"dtype {q.dtype}: the catalogue holds float16 and bfloat16 kernels"
     if dropout_p > 0 and (packed is not None or paged is not None):
         return None, f"dropout_p={dropout_p}: the kernels apply dropout to padded batches only"
-    if q.shape[-1] % 8:
-        return None, (f"head_dim {q.shape[-1]} is not a multiple of 8: the kernels move rows in 16-byte vectors "
-                      "(a multiple of 8 runs on the next larger kernel)")
     why_not = _options_why_not(alibi_slopes, paged, k)
     if why_not:
         return None, why_not
@@ -201,12 +203,13 @@ def forward(launch, q, k, v, seqlens_q, seqlens_kv, return_lse, kept=False, alib
     """(out [b, s_q, h, d], LSE [b, h, s_q] fp32 or None) by a launch of prepare(), on PyTorch's
     current stream, with the workspace from PyTorch's allocator: per call, or (kept=True, the
     eager calls of fmha._fastpath) the kept one. None where q's, k's or v's data pointer is not
-    16-byte aligned, which only a kept launch meets (prepare() checked the full path's).
+    aligned as the kernel needs (Prepared.pointer_mask), which only a kept launch meets (prepare()
+    checked the full path's).
     alibi_slopes, block_table: the tensors of the options prepare() was given; dropout_seed_offset:
     int64 [seed, offset] on the device (fmha._dropout) where prepare() was given a dropout_p."""
     prepared, strides = launch
     q_ptr, k_ptr, v_ptr = q.data_ptr(), k.data_ptr(), v.data_ptr()
-    if (q_ptr | k_ptr | v_ptr) & 15:
+    if (q_ptr | k_ptr | v_ptr) & prepared.pointer_mask:
         return None
     out = torch.empty(prepared.out_shape, dtype=q.dtype, device=prepared.device)
     lse = torch.empty(prepared.lse_shape, dtype=torch.float32, device=prepared.device) if return_lse else None

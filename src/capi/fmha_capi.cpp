@@ -17,6 +17,7 @@
 #include "fmha/kernel_table.h"
 #include "fmha/kv_append.h"
 #include "fmha/problem.h"
+#include "kernels/common/element_rows.h"
 #include "platform/device.h"
 
 // python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
@@ -146,15 +147,18 @@ private:
     bool restore_ = false;
 };
 
-fmha_status check_tensor(const char* name, const void* data, const fmha_strides& s) {
+// A tensor's pointer and strides: 16-byte vectors of rows, or (elements: a head_dim whose rows
+// are not vectors anyway, which only element-row kernels take) 2-byte elements.
+fmha_status check_tensor(const char* name, const void* data, const fmha_strides& s, bool elements = false) {
     if (!data) return fail(FMHA_INVALID_ARGUMENT, std::string("tensors.") + name + " is NULL");
-    if (reinterpret_cast<uintptr_t>(data) % 16 != 0)
-        return fail(FMHA_INVALID_ARGUMENT, std::string("tensors.") + name + " is not 16-byte aligned");
+    if (reinterpret_cast<uintptr_t>(data) % (elements ? 2 : 16) != 0)
+        return fail(FMHA_INVALID_ARGUMENT, std::string("tensors.") + name + (elements ? " is not 2-byte aligned" : " is not 16-byte aligned"));
     for (int64_t stride : {s.batch, s.head, s.row}) {
-        if (stride < 0 || stride % 8 != 0)
+        if (stride < 0 || (!elements && stride % 8 != 0))
             return fail(FMHA_INVALID_ARGUMENT, std::string("tensors.") + name + "_strides (" + std::to_string(s.batch) + ", " +
                                                    std::to_string(s.head) + ", " + std::to_string(s.row) +
-                                                   ") must be non-negative multiples of 8 elements (16 bytes)");
+                                                   (elements ? ") must be non-negative"
+                                                             : ") must be non-negative multiples of 8 elements (16 bytes)"));
     }
     return FMHA_OK;
 }
@@ -408,10 +412,11 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         if (!kernel_supports(entry.key, p, &why_not))
             return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(entry.name) + " does not fit the problem: " + why_not);
         const fmha_tensors& t = *tensors;
-        fmha_status checked = check_tensor("q", t.q, t.q_strides);  // the first misfit names itself
-        if (checked == FMHA_OK) checked = check_tensor("k", t.k, t.k_strides);
-        if (checked == FMHA_OK) checked = check_tensor("v", t.v, t.v_strides);
-        if (checked == FMHA_OK) checked = check_tensor("o", t.o, t.o_strides);
+        const bool elements = element_rows(p.head_dim);
+        fmha_status checked = check_tensor("q", t.q, t.q_strides, elements);  // the first misfit names itself
+        if (checked == FMHA_OK) checked = check_tensor("k", t.k, t.k_strides, elements);
+        if (checked == FMHA_OK) checked = check_tensor("v", t.v, t.v_strides, elements);
+        if (checked == FMHA_OK) checked = check_tensor("o", t.o, t.o_strides, elements);
         if (checked != FMHA_OK) return checked;
         // Paged K and V are not packed: their lengths come from seqlens_kv or cu_seqlens_kv.
         if (p.layout == Layout::packed && !p.paged() &&

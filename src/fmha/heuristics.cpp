@@ -38,6 +38,12 @@ std::vector<FamilyChoice> family_preference(const Problem& p) {
     return {{Family::mmaprefill, why}, {Family::prefill, why}, {Family::decode, why}};
 }
 
+// Why a family that reads rows in 16-byte vectors cannot take a head_dim that is not a multiple of 8.
+std::string element_rows_misfit(int head_dim) {
+    return "head_dim " + std::to_string(head_dim) + " is not a multiple of 8: its rows are not 16-byte vectors, which the "
+           "family reads (the tensor-core family reads them element by element)";
+}
+
 }  // namespace
 
 bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_not) {
@@ -46,21 +52,19 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
     if (key.dtype != p.dtype)
         misfits.push_back(std::string("its dtype is ") + token(key.dtype) + ", the problem's " + token(p.dtype) + " (-" +
                           token(key.dtype) + ")");
-    if (!head_dim_fits(key.family, key.head_dim, p.head_dim))
+    const HeadDimRule rule = kFamilyHeadDimRules[static_cast<int>(key.family)];
+    if (element_rows(p.head_dim) && !rule.element_rows)
+        misfits.push_back(element_rows_misfit(p.head_dim));
+    else if (!head_dim_fits(key.family, key.head_dim, p.head_dim))
         misfits.push_back("its head_dim is " + std::to_string(key.head_dim) + ", the problem's " + std::to_string(p.head_dim) +
-                          (key.head_dim > p.head_dim && kFamilyHeadDimRules[static_cast<int>(key.family)].serves_smaller
-                               ? " (a smaller head_dim runs on it when a multiple of 8)"
-                           : key.head_dim > p.head_dim ? " (the family runs its exact head_dim only)"
-                                                       : " (-d " + std::to_string(key.head_dim) + ")"));
+                          (key.head_dim > p.head_dim && rule.serves_smaller ? " (a smaller head_dim runs on it when a multiple of 8)"
+                           : key.head_dim > p.head_dim                       ? " (the family runs its exact head_dim only)"
+                                                                             : " (-d " + std::to_string(key.head_dim) + ")"));
     if (key.mask != p.mask.kernel_mask())
         misfits.push_back(std::string("its mask is ") + token(key.mask) + ", the problem's " + token(p.mask.kernel_mask()) +
                           (key.mask == Mask::causal ? " (-causal-mask or a window)" : " (no -causal-mask or window)"));
     if (key.family == Family::mmaprefill && !mmaprefill::takes_scale(p.softmax_scale()))
         misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
-    if (key.family == Family::mmaprefill) {
-        if (const char* why = mmaprefill::declined_option({p.softcap != 0.f, p.alibi, p.dropout != 0.f, key.head_dim}))
-            misfits.push_back(why);
-    }
     if (key.family != Family::mmaprefill && p.dropout != 0.f)
         misfits.push_back("only the tensor-core prefill family (mmaprefill) applies dropout");
     if (!heads_fit(key.heads, p))
@@ -78,6 +82,8 @@ Selection select_kernel(const Problem& p, Arch arch) {
     std::string passed_over;  // the preferred families this build cannot use here, and why
     for (const FamilyChoice& choice : family_preference(p)) {
         std::string why_not = "no kernel for it in this build";
+        if (element_rows(p.head_dim) && !kFamilyHeadDimRules[static_cast<int>(choice.family)].element_rows)
+            why_not = element_rows_misfit(p.head_dim);  // none of its kernels fits: say why
         for (HeadsKind heads : {p.heads_kind(), HeadsKind::gqa}) {
             // The exact head_dim, else the family's smallest larger kernel that serves it.
             const KernelEntry* entry = nullptr;
@@ -100,7 +106,8 @@ Selection select_kernel(const Problem& p, Arch arch) {
         }
         passed_over += std::string("; not ") + token(choice.family) + ": " + why_not;
     }
-    return {nullptr, std::string("no kernel in this build for ") + p.describe() + " on " + token(arch)};
+    // Each family's reason: a kernel it has may decline an option, not only lack the tuple.
+    return {nullptr, std::string("no kernel in this build for ") + p.describe() + " on " + token(arch) + passed_over};
 }
 
 BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
@@ -153,7 +160,8 @@ std::string regenerate_advice(const Problem& p, std::optional<Arch> arch) {
     }
     if (!taken)
         return "head_dim " + std::to_string(p.head_dim) + " cannot be generated (" + rules +
-               "); a multiple of 8 also runs on a larger kernel of a family that serves smaller head_dims";
+               "); a multiple of 8 also runs on a larger kernel of a family that serves smaller head_dims, any head_dim on "
+               "a larger one of a family that reads element rows (mmaprefill)";
 
     // The axis values the table lacks, added to the recorded selection by --refresh.
     std::string options;

@@ -4,6 +4,7 @@
 #include <hip/hip_runtime.h>
 
 #include "fmha/params.h"
+#include "kernels/common/element_rows.h"
 #include "fmha_catalogue.h"
 
 namespace fmha {
@@ -28,23 +29,27 @@ __device__ inline int kv_head_of(int head_q, int heads_q, int heads_kv) {
 }
 
 // Whether a kernel of `family` built for `kernel_head_dim` computes a problem's `head_dim`: the
-// same, or a smaller multiple of 8 where the family zero-fills the columns past it
-// (kFamilyHeadDimRules). The heuristic and the launchers both ask this.
+// same, or a smaller one where the family zero-fills the columns past it: a multiple of 8, or
+// any where it reads element rows (kFamilyHeadDimRules). The heuristic and the launchers both
+// ask this.
 constexpr bool head_dim_fits(Family family, int kernel_head_dim, int head_dim) {
-    return head_dim == kernel_head_dim || (kFamilyHeadDimRules[static_cast<int>(family)].serves_smaller &&
-                                           head_dim > 0 && head_dim < kernel_head_dim && head_dim % 8 == 0);
+    const HeadDimRule rule = kFamilyHeadDimRules[static_cast<int>(family)];
+    if (element_rows(head_dim) && !rule.element_rows) return false;
+    return head_dim == kernel_head_dim || (rule.serves_smaller && head_dim > 0 && head_dim < kernel_head_dim);
 }
 
 // Checks a kernel family's launcher runs before touching memory: the runtime problem must
-// match the kernel's compile-time tuple, and rows must allow 16-byte vector access. Dropout
-// only the tensor-core prefill family applies (its seed and offset in device memory).
+// match the kernel's compile-time tuple, and rows must allow 16-byte vector access (element
+// rows: 2-byte elements). Dropout only the tensor-core prefill family applies (its seed and
+// offset in device memory).
 template <class Config>
 inline bool params_match(const FwdParams& p, Family family) {
     const bool head_dim_ok = head_dim_fits(family, Config::head_dim, p.head_dim);
     const bool heads_ok = Config::heads == HeadsKind::mha   ? p.heads_kv == p.heads_q
                           : Config::heads == HeadsKind::mqa ? p.heads_kv == 1
                                                             : p.heads_kv > 0 && p.heads_q % p.heads_kv == 0;
-    const auto aligned = [](const void* ptr, const TensorStrides& s) {
+    const auto aligned = [&](const void* ptr, const TensorStrides& s) {
+        if (element_rows(p.head_dim)) return reinterpret_cast<uintptr_t>(ptr) % 2 == 0;
         return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
     };
     return heads_ok && head_dim_ok && p.batch > 0 && p.heads_q > 0 && p.seqlen_q > 0 &&

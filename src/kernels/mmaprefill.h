@@ -23,15 +23,13 @@
 namespace fmha {
 namespace mmaprefill {
 
-// What this family needs beyond the kernel's tuple: a scale it takes and no run-time option it
-// declines (mmaprefill/limits.h), and a tile count the 1-D grid holds.
+// What this family needs beyond the kernel's tuple: a scale it takes (mmaprefill/limits.h), and
+// a tile count the 1-D grid holds.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
-    const RunTimeOptions options{p.softcap != 0.f, p.alibi_slopes != nullptr, p.dropout.p != 0.f, Config::head_dim};
     // Q and K/V packed alike, or K/V in pages beside packed or padded Q
     const bool packed_alike = p.block_table || (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);
-    return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
-           !declined_option(options);
+    return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike;
 }
 
 // How a launch's tiles are divided, in words, for describe(): the tiles, GQA packing, and the
@@ -59,11 +57,13 @@ inline std::string describe_order(const PrefillTiling& t) {
 template <class Config, bool kShortKeys, bool kServing>
 using Traits = WgmmaTraits<Config, kShortKeys, kServing>;
 
-// A paged tensor as PagedTiles reads it: 16-byte chunks (base and strides on 16 bytes, as TMA
-// wants them too) and strides in 32 bits (s.batch: between pages).
-inline bool copies_fit(const void* base, const TensorStrides& s) {
-    const bool aligned = reinterpret_cast<uintptr_t>(base) % 16 == 0 && s.row % 8 == 0 && s.head % 8 == 0 && s.batch % 8 == 0;
-    return aligned && s.row <= INT32_MAX && s.head <= INT32_MAX && s.batch <= INT32_MAX;
+// A K or V tensor as PagedTiles copies it: 16-byte chunks (base and strides on 16 bytes, as TMA
+// wants them too) or element rows (2-byte elements); s.batch (between pages, or sequences) and
+// the offsets inside a page or sequence of `rows` keys in 32 bits.
+inline bool copies_fit(const void* base, const TensorStrides& s, int rows, int heads, bool elements) {
+    const bool aligned = elements ? reinterpret_cast<uintptr_t>(base) % 2 == 0
+                                  : reinterpret_cast<uintptr_t>(base) % 16 == 0 && s.row % 8 == 0 && s.head % 8 == 0 && s.batch % 8 == 0;
+    return aligned && s.batch <= INT32_MAX && int64_t(rows) * s.row + int64_t(heads) * s.head <= INT32_MAX;
 }
 
 // Key ranges up to this many keys take the tile table's short-keys shapes; beyond, those are
@@ -120,22 +120,29 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
             return hopper::encode_tensor_map(m, bf16, base, s, cu_seqlens ? 1 : p.batch, heads, cu_seqlens ? total : rows,
                                              p.head_dim, box_rows, box_heads);
         };
-        TensorMaps maps;
-        if (!map(&maps.q, p.q, p.q_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, tiling.rows_per_head,
-                 tiling.heads_per_tile) ||
-            !map(&maps.o, p.o, p.o_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, wgmma::kRows, 1))
-            return hipErrorInvalidValue;
-        if (p.block_table) {  // maps of the caches' pages, {head_dim, page_size, heads, pages} (paged_tiles.h)
-            // The pool's page count is not a parameter: the block table's entries name the pages read.
-            constexpr int kPagesBound = INT32_MAX;
-            const int rows = PagedTiles<T::kBlockKeys, T::kHeadDim>::box_rows(p.page_size);
-            if (!copies_fit(p.k, p.k_strides) || !copies_fit(p.v, p.v_strides) ||
-                !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, kPagesBound, p.heads_kv, p.page_size, p.head_dim, rows, 1) ||
-                !hopper::encode_tensor_map(&maps.v, bf16, p.v, p.v_strides, kPagesBound, p.heads_kv, p.page_size, p.head_dim, rows, 1))
+        TensorMaps maps{};  // element rows: none, the warpgroups copy Q, K and V (paged_tiles.h)
+        if (element_rows(p.head_dim)) {
+            const int rows = p.block_table ? p.page_size : p.seqlen_kv;
+            if (!copies_fit(p.k, p.k_strides, rows, p.heads_kv, true) || !copies_fit(p.v, p.v_strides, rows, p.heads_kv, true))
                 return hipErrorInvalidValue;
-        } else if (!map(&maps.k, p.k, p.k_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1) ||
-                   !map(&maps.v, p.v, p.v_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1)) {
-            return hipErrorInvalidValue;
+        } else {
+            if (!map(&maps.q, p.q, p.q_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, tiling.rows_per_head,
+                     tiling.heads_per_tile) ||
+                !map(&maps.o, p.o, p.o_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, wgmma::kRows, 1))
+                return hipErrorInvalidValue;
+            if (p.block_table) {  // maps of the caches' pages, {head_dim, page_size, heads, pages} (paged_tiles.h)
+                // The pool's page count is not a parameter: the block table's entries name the pages read.
+                constexpr int kPagesBound = INT32_MAX;
+                const int rows = PagedTiles<T::kBlockKeys, T::kHeadDim>::box_rows(p.page_size);
+                if (!copies_fit(p.k, p.k_strides, p.page_size, p.heads_kv, false) ||
+                    !copies_fit(p.v, p.v_strides, p.page_size, p.heads_kv, false) ||
+                    !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, kPagesBound, p.heads_kv, p.page_size, p.head_dim, rows, 1) ||
+                    !hopper::encode_tensor_map(&maps.v, bf16, p.v, p.v_strides, kPagesBound, p.heads_kv, p.page_size, p.head_dim, rows, 1))
+                    return hipErrorInvalidValue;
+            } else if (!map(&maps.k, p.k, p.k_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1) ||
+                       !map(&maps.v, p.v, p.v_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1)) {
+                return hipErrorInvalidValue;
+            }
         }
         auto* const kernel = &wgmma_kernel<Config, T::kShortKeys, T::kServing>;
         static const hipError_t attribute =
@@ -162,7 +169,10 @@ std::string describe(const FwdParams& p) {
                (p.block_table ? "; K/V tiles on a grid of pages: TMA boxes of " +
                                     std::to_string(PagedTiles<T::kBlockKeys, T::kHeadDim>::box_rows(p.page_size)) +
                                     " keys, a sequence's last tile copied from pages by the producer warpgroup"
-                              : "");
+                              : "") +
+               (element_rows(p.head_dim) ? "; element rows (head_dim " + std::to_string(p.head_dim) +
+                                               " is not a multiple of 8): the producer warpgroup copies Q, K and V element by element"
+                                         : "");
     });
 }
 

@@ -35,13 +35,14 @@ struct Case {
     int page_size = 0;    // > 0: K/V in shuffled pages of a paged cache (layouts 0 and 1), the rest of each page NaN
     float softcap = 0.f;  // > 0: scores softcap tanh(scale dot / softcap)
     int alibi = 0;        // ALiBi: minus slope |diagonal - key|; 1: a slope per query head, 2: per sequence and head
+    int head_dim = 0;     // the problem's, rows that wide (0: the kernel's); not a multiple of 8: element rows
 };
 
 template <class Config>
 bool run(const Case& c, unsigned seed) {
     constexpr DType kD = Config::dtype;
     constexpr bool kMasked = Config::mask == Mask::causal;
-    const int d = Config::head_dim;
+    const int d = c.head_dim ? c.head_dim : Config::head_dim;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     const bool packed = c.layout == 2;  // FwdParams: a packed tensor's batch stride is its row stride
@@ -223,6 +224,13 @@ int main() {
     ok &= run<C<bf16, 256, gqa, causal, Arch::gfx942>>({1, 4, 2, 70, 90, -1, 0, false, true, 1, 2, 0.f, 0, 0.3f}, 20);
     ok &= run<C<fp16, 128, gqa, causal, Arch::gfx90a>>({3, 8, 2, 60, 140, 30, 0, true, true, 2, 3, 0.f, 0, 0.f, 2}, 21);
     ok &= run<C<fp16, 64, mha, nomask, Arch::gfx908>>({2, 2, 2, 50, 77, -1, -1, true, true, 0, 2, 0.f, 32, 0.5f, 1}, 22);
+    // Element rows: head_dims 59 and 111 on the d64 and d128 kernels, rows and heads an odd
+    // number of elements apart (token-major, packed, paged).
+    ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({2, 4, 2, 77, 130, -1, 0, true, true, 1, 3, 0.f, 0, 0.f, 0, 59}, 23);
+    ok &= run<C<bf16, 128, mha, nomask, Arch::gfx90a>>({3, 2, 2, 50, 90, -1, -1, true, true, 2, 2, 0.f, 0, 0.f, 0, 111}, 24);
+    ok &= run<C<bf16, 64, gqa, causal, Arch::gfx908>>({2, 4, 2, 40, 120, -1, 0, true, true, 1, 2, 0.f, 16, 0.f, 0, 59}, 25);
+    // Dropout at d256 beside softcapping and a row of ALiBi slopes per sequence.
+    ok &= run<C<bf16, 256, gqa, causal, Arch::gfx90a>>({2, 4, 2, 50, 80, -1, 0, false, true, 1, 2, 0.2f, 0, 0.4f, 2}, 26);
     std::printf(ok ? "all cases match the reference\n" : "some cases FAILED\n");
     return ok ? 0 : 1;
 }

@@ -146,6 +146,38 @@ def test_dropout_forward_and_gradients_match_the_masked_reference(dtype, batch, 
 
 
 @needs_cuda
+@pytest.mark.parametrize("dtype, head_dim", [("bf16", 64), ("fp16", 64), ("bf16", 256), ("fp16", 200)])
+def test_dropout_with_softcap_and_alibi_on_the_kernels(dtype, head_dim):
+    """Dropout beside softcapping and per-sequence ALiBi slopes, past head_dim 128 too: the
+    forward on the kernels (strict), against the fp64 math with the kernels' mask; the
+    gradients by the recompute (no backward kernel takes the scoring options)."""
+    import fmha
+    from fmha import _math
+    p, softcap = 0.17, 30.0
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    torch.manual_seed(3)
+    batch, seqlen_q, seqlen_kv, heads, heads_kv = 2, 97, 203, 6, 2
+    q = torch.randn(batch, seqlen_q, heads, head_dim, dtype=dt, device="cuda")
+    k, v = (torch.randn(batch, seqlen_kv, heads_kv, head_dim, dtype=dt, device="cuda") for _ in range(2))
+    slopes = torch.rand(batch, heads, device="cuda") * 0.3
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    seed_offset = _seed_offset(4)
+    torch.manual_seed(4)
+    out = fmha.flash_attn_func(*leaves, dropout_p=p, causal=True, softcap=softcap, alibi_slopes=slopes, strict=True)
+    keep = _mask(p, seed_offset, q, k)
+    assert 0.1 < 1 - keep.float().mean().item() < 0.25  # the mask is live
+    grad = torch.randn_like(q)
+    ours = (out,) + torch.autograd.grad(out, leaves, grad)
+    results = {}
+    for ref_dtype in (torch.float64, dt):
+        inputs = [t.to(ref_dtype).requires_grad_() for t in (q, k, v)]
+        result, _ = _math.attention(*inputs, None, None, head_dim ** -0.5, -1, 0, p, False, softcap, slopes, keep=keep)
+        results[ref_dtype] = (result,) + torch.autograd.grad(result, inputs, grad.to(result.dtype))
+    for index, what in enumerate(("out", "dq", "dk", "dv")):
+        _assert_flash_rule(ours[index], results[torch.float64][index], results[dt][index], f"{dtype} {what}")
+
+
+@needs_cuda
 def test_same_seed_same_result_other_seed_other_mask():
     import fmha
     torch.manual_seed(0)

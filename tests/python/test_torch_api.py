@@ -2,6 +2,7 @@
 FlashAttention's rule (error at most twice that of the same attention computed by PyTorch in the
 inputs' dtype), autograd, torch.compile, CUDA graphs, fallback and strict mode, bad inputs, and
 fmha.exe's results. Skips, saying why, where PyTorch or a GPU is missing."""
+import itertools
 import json
 import math
 import os
@@ -227,6 +228,9 @@ _SHAPES = [  # batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal, wi
     (2, 100, 150, 4, 2, 80, True, (-1, -1)),   # head_dim 80 on a larger kernel (zero-filled columns)
     (1, 3, 300, 8, 1, 40, False, (-1, -1)),    # decode rows, head_dim 40
     (1, 65, 65, 4, 4, 200, False, (20, 20)),   # head_dim 200 on the d256 kernel, a two-sided window
+    (2, 97, 203, 9, 3, 59, True, (-1, -1)),    # head_dim 59: element rows (118-byte rows) on the d64 kernel
+    (1, 130, 77, 9, 1, 111, False, (-1, -1)),  # head_dim 111, MQA, more queries than keys
+    (3, 1, 239, 6, 3, 59, True, (-1, -1)),     # decode rows with element rows (no decode kernel reads them)
 ]
 
 
@@ -243,19 +247,45 @@ def test_torch_flash_attn_func_matches_fp64(shape, dtype):
 
 
 @needs_cuda
-def test_torch_every_multiple_of_eight_head_dim_runs_on_the_kernels():
-    """FlashAttention serves every head_dim up to 256; so do the kernels, a smaller multiple of 8
-    on the next larger kernel. Other head_dims fall back, saying why."""
+def test_torch_every_head_dim_runs_on_the_kernels():
+    """FlashAttention serves every head_dim up to 256; so do the kernels, a smaller one on the
+    next larger kernel (one that is not a multiple of 8 on the tensor-core family, element by
+    element); past 256 the call falls back, saying why."""
     api = _api()
-    for head_dim in range(8, 257, 8):
+    for head_dim in list(range(8, 257, 8)) + [1, 3, 59, 111, 255]:
         for seqlen_q in (1, 130):
             q = _random(2, seqlen_q, 4, head_dim)
             k, v = (_random(2, 140, 2, head_dim) for _ in range(2))
             choice = api.which_backend(q, k, v, causal=seqlen_q > 1)
             assert choice.backend == "fmha", f"head_dim {head_dim}, seqlen_q {seqlen_q}: {choice}"
-    q, k, v = (_random(1, 16, 2, 59) for _ in range(3))
-    choice = api.which_backend(q, k, v)
-    assert choice.backend == "sdpa" and "head_dim 59 is not a multiple of 8" in choice.reason, choice
+            if head_dim % 8:
+                assert "mmaprefill" in choice.reason, choice
+    q, k, v = (_random(1, 16, 2, 264) for _ in range(3))
+    assert api.which_backend(q, k, v).backend == "sdpa"
+
+
+@needs_cuda
+@pytest.mark.parametrize("head_dim", [59, 111])
+def test_torch_element_rows_read_packed_tensors_in_place(head_dim):
+    """Element rows through the packed entry points: qkv [b, s, 3, h, 59] and varlen tokens read
+    in place (rows, heads and the three tensors an odd number of elements apart), against the
+    fp64 reference."""
+    api = _api()
+    torch.manual_seed(head_dim)
+    qkv = _random(2, 150, 3, 6, head_dim)
+    out = api.flash_attn_qkvpacked_func(qkv, causal=True, strict=True)
+    q, k, v = qkv.unbind(2)
+    reference, _ = _reference(q, k, v, True)
+    _assert_flash_rule(out, reference, _reference(q, k, v, True, dtype=q.dtype)[0])
+    lengths = [37, 1, 200]
+    cu = torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device="cuda")
+    tq, tk, tv = (_random(int(cu[-1]), h, head_dim) for h in (6, 2, 2))
+    out = api.flash_attn_varlen_func(tq, tk, tv, cu, cu, max(lengths), max(lengths), causal=True, strict=True)
+    for b, n in enumerate(lengths):
+        rows = slice(int(cu[b]), int(cu[b + 1]))
+        sq, sk, sv = (t[rows].unsqueeze(0) for t in (tq, tk, tv))
+        expected, _ = _reference(sq, sk, sv, True)
+        _assert_flash_rule(out[rows].unsqueeze(0), expected, _reference(sq, sk, sv, True, dtype=sq.dtype)[0])
 
 
 @needs_cuda
@@ -482,20 +512,20 @@ def test_torch_cuda_graph_capture_and_replay():
 @needs_cuda
 def test_torch_fallback_warns_once_and_strict_mode_raises(monkeypatch):
     api = _api()
-    q, k, v = (_random(2, 16, 4, 60) for _ in range(3))
+    q, k, v = (_random(2, 16, 4, 264) for _ in range(3))
     choice = api.which_backend(q, k, v)
-    assert choice.backend == "sdpa" and "head_dim 60 is not a multiple of 8" in choice.reason
+    assert choice.backend == "sdpa" and "head_dim 264" in choice.reason
     _backends._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = api.flash_attn_func(q, k, v)
         api.flash_attn_func(q, k, v)
     fallbacks = [w for w in caught if issubclass(w.category, api.FallbackWarning)]
-    assert len(fallbacks) == 1 and "head_dim 60" in str(fallbacks[0].message)
+    assert len(fallbacks) == 1 and "head_dim 264" in str(fallbacks[0].message)
     reference, _ = _reference(q, k, v)
     pytorch, _ = _reference(q, k, v, dtype=q.dtype)
     _assert_flash_rule(out, reference, pytorch)
-    with pytest.raises(api.UnsupportedError, match="head_dim 60"):
+    with pytest.raises(api.UnsupportedError, match="head_dim 264"):
         api.flash_attn_func(q, k, v, strict=True)
     monkeypatch.setenv("FMHA_STRICT", "1")
     with pytest.raises(api.UnsupportedError, match="strict mode"):
@@ -507,7 +537,6 @@ def test_torch_fallback_warns_once_and_strict_mode_raises(monkeypatch):
 @needs_cuda
 @pytest.mark.parametrize("case, reason", [
     ("float32", "dtype torch.float32"),
-    ("dropout", "dropout"),  # beside softcapping: PyTorch's math applies the kernels' mask
     ("misaligned", "not multiples of 16 bytes"),
 ])
 def test_torch_fallback_reasons(case, reason):
@@ -516,8 +545,6 @@ def test_torch_fallback_reasons(case, reason):
     options = {}
     if case == "float32":
         q, k, v = q.float(), k.float(), v.float()
-    elif case == "dropout":
-        options.update(dropout_p=0.1, softcap=30.0)
     else:
         q = _random(1 * 32 * 4 * 64 + 4).narrow(0, 4, 32 * 4 * 64).view(1, 32, 4, 64)  # 8 bytes off
     choice = api.which_backend(q, k, v, **options)
@@ -525,11 +552,10 @@ def test_torch_fallback_reasons(case, reason):
     _backends._warned.clear()
     with pytest.warns(api.FallbackWarning, match=reason.replace("(", r"\(").replace(")", r"\)")):
         out = api.flash_attn_func(q, k, v, **options)
-    if case != "dropout":
-        left, right = options.get("window_size", (-1, -1))
-        reference, _ = _reference(q, k, v, window=(left, right))
-        pytorch, _ = _reference(q, k, v, window=(left, right), dtype=q.dtype)
-        _assert_flash_rule(out, reference, pytorch)
+    left, right = options.get("window_size", (-1, -1))
+    reference, _ = _reference(q, k, v, window=(left, right))
+    pytorch, _ = _reference(q, k, v, window=(left, right), dtype=q.dtype)
+    _assert_flash_rule(out, reference, pytorch)
 
 
 @needs_cuda

@@ -174,13 +174,30 @@ TEST(Heuristics, ASmallerHeadDimRunsOnTheNextLargerKernelOfAFamilyThatServesIt) 
     EXPECT_NE(why.find("the family runs its exact head_dim only"), std::string::npos) << why;
 }
 
-TEST(Heuristics, NoKernelForAHeadDimThatIsNotAMultipleOfEight) {
-    const Problem p = make(8, 8, 68);
-    EXPECT_FALSE(catalogue_covers(p));
-    EXPECT_EQ(select_kernel(p, some_arch()).entry, nullptr);
-    const auto nearest = nearest_kernels(p);
-    ASSERT_FALSE(nearest.empty());
-    EXPECT_NE(nearest.front().find("fp16"), std::string::npos);
+TEST(Heuristics, AHeadDimThatIsNotAMultipleOfEightRunsOnTheTensorCoreFamilyOnly) {
+    // Its rows are not 16-byte vectors: the tensor-core family reads them element by element
+    // on its next larger kernel; the families that move vectors say why they cannot.
+    DType dtype = DType::fp16;  // one the build's tensor-core kernels have
+    for (const KernelEntry& e : kernel_table())
+        if (e.key.family == Family::mmaprefill && e.key.arch == some_arch()) dtype = e.key.dtype;
+    for (int d : {59, 68, 111}) {
+        const Problem p = make(8, 2, d, dtype, true);
+        const Selection chosen = select_kernel(p, some_arch());
+        ASSERT_NE(chosen.entry, nullptr) << chosen.reason;
+        EXPECT_EQ(chosen.entry->key.family, Family::mmaprefill) << chosen.reason;
+        EXPECT_GT(chosen.entry->key.head_dim, d);
+        EXPECT_NE(chosen.reason.find("not decode: head_dim " + std::to_string(d) + " is not a multiple of 8"), std::string::npos)
+            << chosen.reason;
+    }
+    std::string why;
+    const KernelKey prefill{DType::fp16, 128, HeadsKind::mha, Mask::nomask, Family::prefill, some_arch()};
+    EXPECT_FALSE(kernel_supports(prefill, make(8, 8, 111), &why));
+    EXPECT_EQ(why, "head_dim 111 is not a multiple of 8: its rows are not 16-byte vectors, which the family reads (the "
+                   "tensor-core family reads them element by element)");
+    const KernelKey mma{DType::fp16, 64, HeadsKind::mha, Mask::nomask, Family::mmaprefill, some_arch()};
+    EXPECT_TRUE(kernel_supports(mma, make(8, 8, 59)));
+    EXPECT_FALSE(kernel_supports(mma, make(8, 8, 65), &why));  // larger than the kernel's
+    EXPECT_NE(why.find("its head_dim is 64, the problem's 65"), std::string::npos) << why;
 }
 
 TEST(Heuristics, AHeadDimTheGeneratorRejectsGetsItsRuleNotACommand) {

@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "kernels/common/dropout.h"
+#include "kernels/common/element_rows.h"
 #include "kernels/common/fragment_softmax.h"
 #include "kernels/common/paged_kv.h"
 #include "kernels/common/rows.h"
@@ -106,7 +107,8 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
     const bool scored = p.softcap != 0.f || p.alibi_slopes != nullptr;
     FragmentScoring<1> scoring;  // this lane's row's ALiBi slope beside the launch's rule
     scoring.init(p.scale, p.softcap);
-    const bool dropping = T::kHeadDim <= kDropoutMaxHeadDim && p.dropout.p != 0.f;
+    const bool dropping = p.dropout.p != 0.f;
+    const bool elements = element_rows(p.head_dim);  // rows not in 16-byte vectors (element_rows.h)
     const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
     Dropout::Row dropout_row{};  // this lane's row's counter words
 
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
         return T::kTileChunks % T::kThreads == 0 || n < T::kTileChunks;
     };
     // Key tile i's rows of K (or V) into registers; keys before the sequence, and columns past a
-    // smaller head_dim than the kernel's, are zeros.
+    // smaller head_dim than the kernel's, are zeros. Element rows: element by element.
     const auto fetch = [&](const void* tensor, const TensorStrides& strides, int i, uint4 (&next)[T::kChunksPerThread]) {
         const int k0 = work.first_key(i, T::kBlockKeys);
         const auto rows = KvRows<true>::of(tensor, strides, p.cu_seqlens_kv, p.block_table, p.max_pages_per_seq, p.page_size,
@@ -140,8 +142,9 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
             // Loads without a branch: a key before the sequence (a column past the head_dim) reads
             // key 0 (column 0) and is replaced by zeros.
             const bool inside = k0 + key >= 0 && column < p.head_dim;
-            const uint4 row = *reinterpret_cast<const uint4*>(rows.row(max(k0 + key, 0), strides) + (inside ? column : 0));
-            next[c] = inside ? row : make_uint4(0, 0, 0, 0);
+            const uint16_t* row = rows.row(max(k0 + key, 0), strides);
+            if (elements) next[c] = inside ? load_chunk_elements(row + column, p.head_dim - column) : make_uint4(0, 0, 0, 0);
+            else next[c] = inside ? *reinterpret_cast<const uint4*>(row + column) : make_uint4(0, 0, 0, 0);
         }
     };
     // The fetched rows into LDS: K as they are, V transposed.
@@ -248,9 +251,17 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
             const auto* q_row = row_start(static_cast<const uint16_t*>(p.q), p.q_strides, p.cu_seqlens_q, work.tile.batch,
                                           work.tile.head0 + row / tiling.rows_per_head, position_of(row));
 #pragma unroll
-            for (int t = 0; t < T::kDimSteps; ++t)
-                q[t] = exists && t * mfma::kK < p.head_dim ? *reinterpret_cast<const mfma::Operand*>(q_row + t * mfma::kK + 4 * half)
-                                                           : mfma::Operand{0, 0};
+            for (int t = 0; t < T::kDimSteps; ++t) {
+                const int column = t * mfma::kK + 4 * half;
+                if (!exists || column >= p.head_dim) {
+                    q[t] = mfma::Operand{0, 0};
+                } else if (elements) {
+                    const ElementWords<4> e = load_elements<4>(q_row + column, p.head_dim - column);
+                    q[t] = mfma::Operand{e.w[0], e.w[1]};
+                } else {
+                    q[t] = *reinterpret_cast<const mfma::Operand*>(q_row + column);
+                }
+            }
         }
 
         if (keys.count > 0) {
@@ -291,10 +302,11 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
 #pragma unroll
                 for (int g = 0; g < mfma::kAccumulators / 4; ++g) {
                     const int column = c * mfma::kBlock + mfma::d_element(lane, 4 * g).row;  // 4 consecutive head-dim values
-                    if (column < p.head_dim)
-                        *reinterpret_cast<uint2*>(out + column) =
-                            make_uint2(pack2<Numeric>(o[c][4 * g] * inverse, o[c][4 * g + 1] * inverse),
-                                       pack2<Numeric>(o[c][4 * g + 2] * inverse, o[c][4 * g + 3] * inverse));
+                    const ElementWords<4> values{{pack2<Numeric>(o[c][4 * g] * inverse, o[c][4 * g + 1] * inverse),
+                                                  pack2<Numeric>(o[c][4 * g + 2] * inverse, o[c][4 * g + 3] * inverse)}};
+                    if (column >= p.head_dim) continue;
+                    if (elements) store_elements<4>(out + column, p.head_dim - column, values);
+                    else *reinterpret_cast<uint2*>(out + column) = make_uint2(values.w[0], values.w[1]);
                 }
         }
     }

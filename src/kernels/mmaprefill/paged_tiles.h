@@ -1,4 +1,8 @@
-// K and V tiles of a paged KV cache into the wgmma family's shared-memory ring. Paged launches
+// K and V tiles the wgmma family's producer warpgroup places in the shared-memory ring itself: a
+// paged KV cache's, and (element rows: a head_dim that is not a multiple of 8, whose rows TMA
+// cannot take) every tile of K and V, loaded element by element (common/element_rows.h) on the
+// same grid of key tiles, their rows a stride apart or in pages, and the consumers' Q rows.
+// Paged launches
 // walk key tiles on a grid of kBlockKeys from key 0 (TileWork::tiles_end), so that a tile is
 // whole pages, or part of one: a tile whose keys are all in the sequence comes by TMA, one box
 // of gcd(page_size, kBlockKeys) rows per page part, from a map of the cache's pages. The tile
@@ -15,7 +19,11 @@
 #include <cstdint>
 
 #include "fmha/params.h"
+#include "kernels/common/element_rows.h"
 #include "kernels/common/memory.h"
+#include "kernels/common/paged_kv.h"
+#include "kernels/common/rows.h"
+#include "kernels/common/tile_schedule.h"
 #include "kernels/mma/wgmma.h"
 #include "platform/hip_on_cuda/hopper.h"
 
@@ -52,14 +60,16 @@ struct PagedTiles {
                                 atom * wgmma::kAtomColumns, key & (page_size - 1), head, page, full);
     }
 
-    // The same keys of a K or V tensor (strides s; s.batch: between pages) copied row by row,
-    // keys from `end` on as zeros; the barrier `full` takes this thread's arrival once its copies
-    // have landed. Neighbouring threads copy one row's chunks, so that a warp's copy reads whole
-    // rows; a thread keeps its chunk for every row it copies. In few registers: offsets inside a
-    // page in 32 bits (the launcher checks that they fit).
+    // The same keys of a K or V tensor copied row by row, keys from `end` on as zeros; `pages`
+    // places the rows (StepPages: pages of the cache, s.batch between them; or, without a block
+    // table, the sequence's rows a stride apart). Neighbouring threads copy one row's chunks, so
+    // that a warp's copy reads whole rows; a thread keeps its chunk for every row it copies.
+    // Vector rows: cp.async, the barrier `full` taking this thread's arrival once its copies have
+    // landed; in few registers, offsets inside a page in 32 bits (the launcher checks that they
+    // fit). kElements: element rows through registers, then a plain arrival.
+    template <bool kElements>
     __device__ static void copy(uint32_t full, uint32_t destination, const void* tensor, const TensorStrides s,
-                                const int* block_table, int first_entry, int page_size, int head, int k0, int end,
-                                int head_dim) {
+                                const int* block_table, StepPages pages, int head, int k0, int end, int head_dim) {
         const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow;
         const int bytes = min(max(2 * head_dim - 16 * chunk, 0), 16);  // columns past a smaller head_dim: zeros
         const int column = head * int(s.head) + 8 * chunk;               // inside a page
@@ -68,13 +78,42 @@ struct PagedTiles {
 #pragma unroll 1
         for (int row = thread / kChunksPerRow; row < kBlockKeys; row += kRowsPerPass) {
             const int key = k0 + row, inside = min(key, end - 1);
-            const int page = __ldg(block_table + first_entry + (inside >> (__ffs(page_size) - 1)));
-            copy_async_prefix(atom + row * wgmma::kRowBytes + ((chunk ^ row) % 8) * 16,
-                              static_cast<const uint16_t*>(tensor) + int64_t(page) * int(s.batch) +
-                                  (column + (inside & (page_size - 1)) * int(s.row)),
-                              key < end ? bytes : 0);
+            const uint32_t to = atom + row * wgmma::kRowBytes + ((chunk ^ row) % 8) * 16;
+            const uint16_t* from = static_cast<const uint16_t*>(tensor) + int64_t(pages.page_of(block_table, inside)) * int(s.batch) +
+                                   (column + (inside & int((1u << pages.shift) - 1u)) * int(s.row));
+            if constexpr (kElements)
+                hopper::store_shared_16(to, load_chunk_elements(from, key < end ? head_dim - 8 * chunk : 0));
+            else
+                copy_async_prefix(to, from, key < end ? bytes : 0);
         }
-        hopper::copy_async_arrive(full);
+        if constexpr (kElements) {
+            hopper::fence_async_shared();  // the tile's stores, before wgmma reads it through the async proxy
+            hopper::barrier_arrive(full);
+        } else {
+            hopper::copy_async_arrive(full);
+        }
+    }
+
+    // Element rows: a consumer warpgroup's Q rows [first_row, first_row + wgmma::kRows) of a
+    // work tile, as the TMA box of Q would place them (tile row r: head r / rows_per_head of the
+    // tile, position position0 + r % rows_per_head), zeros where the row does not exist; copied
+    // by the warpgroup itself (the producer has too few registers), which then fences them for
+    // wgmma and syncs on `barrier`.
+    template <int kBlockRows, class Work>
+    __device__ static void copy_q(uint32_t destination, const FwdParams& p, const PrefillTiling& tiling, const Work& work,
+                                  int first_row, int barrier) {
+        for (int n = threadIdx.x % wgmma::kThreads; n < wgmma::kRows * kChunksPerRow; n += wgmma::kThreads) {
+            const int row = first_row + n / kChunksPerRow, column = n % kChunksPerRow * 8;
+            const int head_in_tile = row / tiling.rows_per_head, position = work.tile.position0 + row % tiling.rows_per_head;
+            uint4 chunk = make_uint4(0, 0, 0, 0);
+            if (head_in_tile < work.tile.heads && work.has_position(position))
+                chunk = load_chunk_elements(row_start(static_cast<const uint16_t*>(p.q), p.q_strides, p.cu_seqlens_q,
+                                                      work.tile.batch, work.tile.head0 + head_in_tile, position) + column,
+                                            p.head_dim - column);
+            hopper::store_shared_16(destination + wgmma::swizzled_offset(kBlockRows, row, column), chunk);
+        }
+        hopper::fence_async_shared();
+        hopper::named_barrier_sync(barrier, wgmma::kThreads);
     }
 };
 

@@ -36,16 +36,17 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // diagonal are then each consumer's own 64 x 64 triangle, not wider tiles it sees in part,
 // which outweighs the narrower tiles' dearer steps there (d128's 128-key tiles already are two
 // consumers' rows; 64 is slower there). The serving options' kernel spills with d64's 112- and
-// 128-key tiles: it takes 96. Its producer loads a paged cache (paged_tiles.h) in 32 registers
-// at d64 and 40 at d128 and d256 (24 spilled), so two consumers there keep 232 (setmaxnreg's
-// pool, WgmmaTraits): d256's 80-key tiles spill at 232, so its serving kernel takes 64.
+// 128-key tiles: it takes 96. Its producer loads a paged cache and element rows (paged_tiles.h)
+// in 48 registers at d64 (32 spilled the element rows), its three consumers then keeping 152,
+// and in 40 at d128 and d256 (24 spilled), so two consumers there keep 232 (setmaxnreg's pool,
+// WgmmaTraits): d256's 80-key tiles spill at 232, so its serving kernel takes 64.
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, bool serving) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
     if (head_dim <= 64) {
-        if (short_causal) return {3, 64, 3, serving ? 32 : 24, 160};
-        if (serving) return {3, 96, 2, 32, 160};
+        if (short_causal) return serving ? TileShape{3, 64, 3, 48, 152} : TileShape{3, 64, 3, 24, 160};
+        if (serving) return {3, 96, 2, 48, 152};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
     if (head_dim <= 128) return serving ? TileShape{2, 128, 2, 40, 232} : TileShape{2, 128, 2, 24, 240};

@@ -9,8 +9,9 @@
 // into a kStages-deep ring of shared-memory tiles, each completing on a "full" barrier and
 // given back on an "empty" one; it runs ahead into the next work tile while the consumers
 // finish the current one. A paged KV cache the whole warpgroup loads, page by page, copying a
-// sequence's last tile row by row (paged_tiles.h). Warpgroups 1.. are consumers of 64 query
-// rows each:
+// sequence's last tile row by row; element rows (a head_dim that is not a multiple of 8) it
+// copies element by element, K and V, the consumers their own Q rows (paged_tiles.h).
+// Warpgroups 1.. are consumers of 64 query rows each:
 //   S = Q.K^T (wgmma, both from shared memory) -> mask -> online softmax (fp32, exp2) ->
 //   P (16-bit, in registers: the accumulator layout is the A-operand layout) -> O += P.V.
 // Two overlaps hide the softmax under tensor-core work (docs/mmaprefill.md):
@@ -32,6 +33,7 @@
 #include <type_traits>
 
 #include "kernels/common/dropout.h"
+#include "kernels/common/element_rows.h"
 #include "kernels/common/fragment_softmax.h"
 #include "kernels/common/memory.h"
 #include "kernels/common/rows.h"
@@ -124,31 +126,33 @@ struct Pipeline {
 };
 
 // The producer warpgroup's walk: for each work tile of this block, the K and V tiles of its keys
-// into the ring in turn (load_kv(full barrier, destination, the work tile [kPaged: as two
+// into the ring in turn (load_kv(full barrier, destination, the work tile [kCopied: as two
 // words in shared memory], key tile, is V) once the slot is empty), and its Q, by TMA from
 // thread 0: after its first K (K is then on its way while the consumers still stage the
-// previous tile's output), or before it (kPaged: the Q coordinates then hold no registers
-// through the page walk). Inlined, each way of loading K and V its own copy (a closure left in
-// memory would take the kernel's arguments to the stack).
-template <class T, class Work, bool kPaged, class LoadKV>
+// previous tile's output), or before it (kCopied: the Q coordinates then hold no registers
+// through the walk; element rows: no Q, each consumer copies its own rows). Inlined, each way
+// of loading K and V its own copy (a closure left in memory would take the kernel's arguments
+// to the stack).
+template <class T, class Work, bool kCopied, class LoadKV>
 __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling& tiling, const TensorMaps& maps, uint32_t shared,
                                         LoadKV&& load_kv) {
     using P = Pipeline<T, uint32_t>;
     const P pipe{shared + T::kBarrierOffset};
-    // kPaged: what the page walk needs of the work tile waits in shared memory, a copy per warp,
+    const bool elements = T::kServing && element_rows(p.head_dim);
+    // kCopied: what the walk needs of the work tile waits in shared memory, a copy per warp,
     // rather than in registers (the producer has few): tiles_end, key tiles, its first ring slot,
-    // its first block-table entry; then its KV head and kv_end.
+    // its rows' StepPages; then its KV head and kv_end.
     __shared__ uint4 walks[wgmma::kThreads / 32][2];
     const auto walk = [&](int part) { return &walks[threadIdx.x / 32][part]; };  // not held: a register fewer
-    if (threadIdx.x == 0) hopper::prefetch_tensor_map(&maps.q);
+    if (threadIdx.x == 0 && !elements) hopper::prefetch_tensor_map(&maps.q);
     int slot = 0, q_loads = 0;
     for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
         const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
         if (index < 0) continue;
-        const Work work = Work::of(p, tiling, index, T::kBlockKeys, kPaged);
+        const Work work = Work::of(p, tiling, index, T::kBlockKeys, kCopied);
         if (work.key_tiles == 0) continue;  // the consumers need no Q for it
         auto load_q = [&] {
-            if (threadIdx.x != 0) return;
+            if (elements || threadIdx.x != 0) return;  // element rows: each consumer copies its Q rows
             hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u);
             hopper::barrier_arrive_expect(pipe.q_full(),
                                           T::kAtoms * tiling.rows_per_head * tiling.heads_per_tile * wgmma::kRowBytes);
@@ -156,29 +160,31 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
                 hopper::tma_load_4d(shared + atom * T::kBlockRows * wgmma::kRowBytes, &maps.q, atom * wgmma::kAtomColumns,
                                     work.q_row(work.tile.position0), work.tile.head0, work.q_batch(p), pipe.q_full());
         };
-        if constexpr (kPaged) {
+        if constexpr (kCopied) {
             load_q();
             __syncwarp();
-            if (threadIdx.x % 32 == 0)
-                *walk(0) = make_uint4(work.tiles_end, work.key_tiles, slot, work.tile.batch * p.max_pages_per_seq),
-                *walk(1) = make_uint4(work.tile.head_kv, work.kv_end, 0, 0);
+            if (threadIdx.x % 32 == 0) {
+                const StepPages pages = StepPages::of(p.block_table, p.cu_seqlens_kv, p.max_pages_per_seq, p.page_size, work.tile.batch);
+                *walk(0) = make_uint4(work.tiles_end, work.key_tiles, slot, pages.entry),
+                *walk(1) = make_uint4(work.tile.head_kv, work.kv_end, pages.shift, 0);
+            }
             __syncwarp();
         }
         const int key_tiles = work.key_tiles;
-        for (int n = 0; n < 2 * (kPaged ? int(load_shared_volatile(walk(0)).y) : key_tiles); ++n) {  // K0, V0, K1, V1, ...
+        for (int n = 0; n < 2 * (kCopied ? int(load_shared_volatile(walk(0)).y) : key_tiles); ++n) {  // K0, V0, K1, V1, ...
             const bool v = n % 2 == 1;
-            const int ring_slot = (kPaged ? int(load_shared_volatile(walk(0)).z) : slot) + n / 2, stage = P::stage(ring_slot);
+            const int ring_slot = (kCopied ? int(load_shared_volatile(walk(0)).z) : slot) + n / 2, stage = P::stage(ring_slot);
             hopper::barrier_wait(v ? pipe.v_empty(stage) : pipe.k_empty(stage), P::parity(ring_slot) ^ 1u);
             const uint32_t full = v ? pipe.v_full(stage) : pipe.k_full(stage);
             const uint32_t destination = shared + (v ? T::kVOffset : T::kKOffset) + stage * T::kKVBytes;
-            if constexpr (kPaged) {
+            if constexpr (kCopied) {
                 load_kv(full, destination, load_shared_volatile(walk(0)), load_shared_volatile(walk(1)), n / 2, v);
             } else {
                 load_kv(full, destination, work, uint4{}, n / 2, v);
                 if (n == 0) load_q();
             }
         }
-        if constexpr (kPaged) {  // from shared memory: neither value is held through the copies
+        if constexpr (kCopied) {  // from shared memory: neither value is held through the copies
             const uint4 copied = load_shared_volatile(walk(0));
             slot = int(copied.z + copied.y);
         } else {
@@ -203,17 +209,19 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     uint8_t* output_rows = T::kOwnOutputRows ? shared + T::kOutputOffset : q_tile;
     const P pipe{reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset)};
     const int warpgroup = threadIdx.x / wgmma::kThreads;
-    // A paged KV cache (kServing) the whole producer warpgroup loads (paged_tiles.h); elsewhere
-    // K and V come by TMA, issued by one thread.
-    const bool paged = kServing && p.block_table != nullptr;
+    // A paged KV cache, and element rows (kServing), the whole producer warpgroup loads
+    // (paged_tiles.h): element rows' Q, K and V copied, a paged cache's K and V by TMA per page
+    // but for a sequence's last tile; elsewhere Q, K and V come by TMA, issued by one thread.
+    const bool elements = kServing && element_rows(p.head_dim);
+    const bool copied = elements || (kServing && p.block_table != nullptr);
     using Pages = PagedTiles<T::kBlockKeys, T::kHeadDim>;
 
     if (threadIdx.x == 0) {
         hopper::barrier_init(pipe.q_full(), 1);
         hopper::barrier_init(pipe.q_empty(), T::kConsumers * 4);  // one arrival per consumer warp
         for (int s = 0; s < T::kStages; ++s) {
-            hopper::barrier_init(pipe.k_full(s), paged ? Pages::kThreads : 1);
-            hopper::barrier_init(pipe.v_full(s), paged ? Pages::kThreads : 1);
+            hopper::barrier_init(pipe.k_full(s), copied ? Pages::kThreads : 1);
+            hopper::barrier_init(pipe.v_full(s), copied ? Pages::kThreads : 1);
             hopper::barrier_init(pipe.k_empty(s), T::kConsumers * 4);
             hopper::barrier_init(pipe.v_empty(s), T::kConsumers * 4);
         }
@@ -224,18 +232,23 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     if (warpgroup == 0) {  // ---------------------------------------------------------- producer
         hopper::release_registers<T::kShape.producer_registers>();
         const uint32_t base = hopper::shared_address(shared);
-        if (paged) {
-            if (threadIdx.x == 0) hopper::prefetch_tensor_map(&maps.k), hopper::prefetch_tensor_map(&maps.v);
+        if (copied) {
+            if (threadIdx.x == 0 && !elements) hopper::prefetch_tensor_map(&maps.k), hopper::prefetch_tensor_map(&maps.v);
             produce<T, Work, true>(p, tiling, maps, base, [&](uint32_t full, uint32_t destination, uint4 walk, uint4 more, int i, bool v) {
-                // walk: tiles_end, key tiles, first ring slot, first block-table entry; more: KV
-                // head, kv_end (produce()). Tiles past kv_end are copied, zeros past it.
+                // walk: tiles_end, key tiles, first ring slot, StepPages entry; more: KV head,
+                // kv_end, StepPages shift (produce()). Tiles past kv_end are copied, zeros past it.
                 const int k0 = int(walk.x) - (i + 1) * T::kBlockKeys, head_kv = int(more.x), kv_end = int(more.y);
-                if (k0 + T::kBlockKeys <= kv_end)
-                    Pages::load(full, destination, v ? &maps.v : &maps.k, p.block_table, int(walk.w), p.page_size, head_kv, k0);
-                else if (v)
-                    Pages::copy(full, destination, p.v, p.v_strides, p.block_table, int(walk.w), p.page_size, head_kv, k0, kv_end, p.head_dim);
-                else
-                    Pages::copy(full, destination, p.k, p.k_strides, p.block_table, int(walk.w), p.page_size, head_kv, k0, kv_end, p.head_dim);
+                const StepPages pages{int(walk.w), int(more.z)};
+                if (elements) {
+                    if (v) Pages::template copy<true>(full, destination, p.v, p.v_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
+                    else Pages::template copy<true>(full, destination, p.k, p.k_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
+                } else if (k0 + T::kBlockKeys <= kv_end) {
+                    Pages::load(full, destination, v ? &maps.v : &maps.k, p.block_table, pages.entry, p.page_size, head_kv, k0);
+                } else if (v) {
+                    Pages::template copy<false>(full, destination, p.v, p.v_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
+                } else {
+                    Pages::template copy<false>(full, destination, p.k, p.k_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
+                }
             });
             copy_async_wait_all();  // nothing left in flight as the producer leaves
         } else if (threadIdx.x == 0) {
@@ -268,7 +281,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     if constexpr (kServing) scoring.init(p.scale, p.softcap);
     // Dropout (kServing). Nothing of it is held through the main loop (there the d128 kernel
     // spills): the generator's state and the rows' numbers are loaded per key tile.
-    const bool dropping = kServing && T::kHeadDim <= kDropoutMaxHeadDim && p.dropout.p != 0.f;
+    const bool dropping = kServing && p.dropout.p != 0.f;
 
     float o[T::kHeadDim / 2];
     float s[T::kBlockKeys / 2];
@@ -279,11 +292,12 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     int slot = 0;            // the K/V ring slot of the next key tile
 
     // A K or V tile the main loop reads: its barrier, then (pages: the producer copies a
-    // sequence's last tile with cp.async, not TMA) a fence for wgmma's reads through the async
-    // proxy. On every tile of a paged launch: choosing the copied tile costs more than the fence.
+    // sequence's last tile with cp.async, not TMA; element rows: every tile) a fence for wgmma's
+    // reads through the async proxy. On every tile of a paged launch: choosing the copied tile
+    // costs more than the fence.
     auto wait_full = [&](uint64_t* full, uint32_t parity) {
         hopper::barrier_wait(full, parity);
-        hopper::fence_async_shared_if(paged);
+        hopper::fence_async_shared_if(copied);
     };
     // P.V reads its A operand from these registers while it runs: keep them until its wait.
     auto pin_probabilities = [&] {
@@ -368,21 +382,24 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                                   placed.tile.position0 + row % tiling.rows_per_head);
         }
         const auto halves = [&](bool low, bool high) { return (low ? 0xFFFFu : 0u) | (high ? 0xFFFF0000u : 0u); };
-        if (k0 % 16 == 0) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int m = 0; m < T::kBlockKeys / 16; ++m) {  // key 16 m + 8 c + 2 t + e: word w = 2 c + e
-                    const PhiloxWords words = dropout.randoms(rows[h], k0 + 16 * m + 2 * t);
-                    probabilities[m][h] &= halves(dropout.keeps(words.w[0]), dropout.keeps(words.w[1]));
-                    probabilities[m][2 + h] &= halves(dropout.keeps(words.w[2]), dropout.keeps(words.w[3]));
-                }
-            return;
-        }
+        // The keep bits first, element e as bit e, then the selects. The Philox calls unrolled, but
+        // at d256 (o alone is 128 registers), where unrolled they spill: one at a time there.
         uint64_t kept = 0;
+        if (k0 % 16 == 0) {
+            constexpr int kCalls = T::kBlockKeys / 8, kUnrolled = T::kHeadDim <= 128 ? kCalls : 1;
+#pragma unroll(kUnrolled)
+            for (int c = 0; c < kCalls; ++c) {  // row half h, keys 16 m + 8 c' + 2 t + e: word 2 c' + e
+                const int h = c % 2, m = c / 2;
+                const PhiloxWords words = dropout.randoms(h ? rows[1] : rows[0], k0 + 16 * m + 2 * t);
+                const uint32_t bits = uint32_t(dropout.keeps(words.w[0])) | uint32_t(dropout.keeps(words.w[1])) << 1 |
+                                      uint32_t(dropout.keeps(words.w[2])) << 4 | uint32_t(dropout.keeps(words.w[3])) << 5;
+                kept |= uint64_t(bits) << (8 * m + 2 * h);  // elements 8 m + 2 h + {0, 1} and 8 m + 4 + 2 h + {0, 1}
+            }
+        } else {
 #pragma unroll 1
-        for (int e = 0; e < T::kBlockKeys / 2; ++e)
-            kept |= uint64_t(dropout.keeps(wgmma::row_half(e) ? rows[1] : rows[0], k0 + 8 * (e / 4) + 2 * t + e % 2)) << e;
+            for (int e = 0; e < T::kBlockKeys / 2; ++e)
+                kept |= uint64_t(dropout.keeps(wgmma::row_half(e) ? rows[1] : rows[0], k0 + 8 * (e / 4) + 2 * t + e % 2)) << e;
+        }
 #pragma unroll
         for (int e = 0; e < T::kBlockKeys / 2; e += 2)
             probabilities[e / 8][e % 8 / 2] &= halves((kept >> e) & 1u, (kept >> (e + 1)) & 1u);
@@ -429,7 +446,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
         const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
         if (index < 0) continue;
-        work = Work::of(p, tiling, index, T::kBlockKeys, paged);
+        work = Work::of(p, tiling, index, T::kBlockKeys, copied);
         if (!work.has_rows) continue;
         // The tile's placement waits for the epilogue in shared memory, one copy per warp (warp-
         // uniform values): deriving it again there costs a tile's worth of divisions, and
@@ -458,7 +475,10 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
         float total[2] = {0.f, 0.f}, inverse[2] = {0.f, 0.f};  // per row: sum of exponentials, its reciprocal
 
         if (keys.count > 0) {
-            hopper::barrier_wait(pipe.q_full(), uint32_t(q_loads++) & 1u);
+            if (elements)  // the producer has no registers to copy Q: this warpgroup's rows, copied here
+                Pages::template copy_q<T::kBlockRows>(hopper::shared_address(q_tile), p, tiling, work, row0, T::kEpilogueBarrier + consumer);
+            else
+                hopper::barrier_wait(pipe.q_full(), uint32_t(q_loads++) & 1u);
             // Key tiles that none of this warpgroup's rows sees: handed back unread, the turn
             // passed on (every consumer takes one turn per key tile).
             auto skip = [&](int i) {
@@ -561,10 +581,16 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                 }
             }
         }
+        // 16 bytes of an output row from `column` on: one vector, or element rows' elements.
+        auto store_chunk = [&](uint16_t* row, int column, const uint4& chunk) {
+            if (elements) store_chunk_elements(row + column, p.head_dim - column, chunk);
+            else *reinterpret_cast<uint4*>(row + column) = chunk;
+        };
         if (keys.count == 0) {  // no key seen: zeros, straight to memory (the staging rows may be the next Q's)
             for (int chunk = thread; chunk < wgmma::kRows * kChunksPerRow; chunk += wgmma::kThreads) {
-                if (uint16_t* row = output_row(row0 + chunk / kChunksPerRow))
-                    *reinterpret_cast<uint4*>(row + chunk % kChunksPerRow * 8) = make_uint4(0, 0, 0, 0);
+                const int column = chunk % kChunksPerRow * 8;
+                if (uint16_t* row = column < p.head_dim ? output_row(row0 + chunk / kChunksPerRow) : nullptr)
+                    store_chunk(row, column, make_uint4(0, 0, 0, 0));
             }
             continue;
         }
@@ -582,9 +608,10 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
         }
         // A TMA store where it writes only rows that exist: one head's rows, starting inside the
         // sequence and ending inside it or cut off by the tensor's end (a padded batch's). Elsewhere
-        // (GQA heads packed in a tile, either end of a sequence) the threads copy the rows that exist.
+        // (GQA heads packed in a tile, either end of a sequence, element rows) the threads copy
+        // the rows that exist.
         const int position0 = work.tile.position0 + row0;
-        if (tiling.heads_per_tile == 1 && (!kMasked || position0 >= 0) &&
+        if (!elements && tiling.heads_per_tile == 1 && (!kMasked || position0 >= 0) &&
             (position0 + wgmma::kRows <= work.len_q || (!tiling.packed && work.len_q == p.seqlen_q))) {
             hopper::fence_async_shared();
             hopper::named_barrier_sync(epilogue, wgmma::kThreads);
@@ -599,8 +626,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
             for (int chunk = thread; chunk < wgmma::kRows * kChunksPerRow; chunk += wgmma::kThreads) {
                 const int row = row0 + chunk / kChunksPerRow, column = chunk % kChunksPerRow * 8;
                 if (uint16_t* out = column < p.head_dim ? output_row(row) : nullptr)
-                    *reinterpret_cast<uint4*>(out + column) =
-                        *reinterpret_cast<const uint4*>(output_rows + wgmma::swizzled_offset(T::kBlockRows, row, column));
+                    store_chunk(out, column, *reinterpret_cast<const uint4*>(output_rows + wgmma::swizzled_offset(T::kBlockRows, row, column)));
             }
         }
         if (!T::kOwnOutputRows) {  // the staging rows were Q's: free them once the output has left them

@@ -95,6 +95,12 @@ __device__ inline void tma_store_4d(const CUtensorMap* map, const void* source, 
                  "r"(shared_address(source)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
+// 16 bytes to the shared-memory address `shared` (a thread's copy into a tile TMA would fill).
+__device__ inline void store_shared_16(uint32_t shared, const uint4& value) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(shared), "r"(value.x), "r"(value.y), "r"(value.z),
+                 "r"(value.w)
+                 : "memory");
+}
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // The same fence where `predicate` holds, predicated inside the PTX (no branch: see barrier_arrive_if).
 __device__ inline void fence_async_shared_if(bool predicate) {
