@@ -1081,16 +1081,17 @@ def test_torch_varlen_softcap_alibi_and_pages(paged):
 
 
 @needs_cuda
-@pytest.mark.parametrize("page_size, seqlen_q, heads, heads_kv", [(16, 1, 8, 2), (64, 4, 16, 2), (256, 1, 4, 4),
-                                                                  (32, 40, 8, 1)])
+@pytest.mark.parametrize("page_size, seqlen_q, heads, heads_kv, head_dim", [
+    (16, 1, 8, 2, 128), (64, 4, 16, 2, 128), (256, 1, 4, 4, 128), (32, 40, 8, 1, 128),
+    (16, 3, 6, 2, 59), (256, 1, 9, 3, 111)])  # element rows: 118- and 222-byte rows in the pages
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_torch_kvcache_pages_and_options_match_fp64(page_size, seqlen_q, heads, heads_kv, dtype):
+def test_torch_kvcache_pages_and_options_match_fp64(page_size, seqlen_q, heads, heads_kv, head_dim, dtype):
     """Shuffled pages, new tokens appended through the table, per-sequence odd lengths, GQA/MQA,
     softcap and ALiBi: served by the kernels (strict), against the same cache kept contiguous."""
     api = _api()
     torch.manual_seed(12)
     dtype = getattr(torch, dtype)
-    batch, capacity, head_dim = 3, 1024, 128
+    batch, capacity = 3, 1024
     cache_k, cache_v = (_random(batch, capacity, heads_kv, head_dim, dtype=dtype) for _ in range(2))
     pages_k, table = _to_pages(cache_k, page_size)
     pages_v = torch.full_like(pages_k, float("nan"))
