@@ -16,10 +16,9 @@ namespace fmha {
 
 // Whether a launch asks for any run-time option that the plain kernels do not take (packed
 // batches among them: their sequences' places are loaded per work item; dropout and element
-// rows too). Families
-// test it once per launch, so that launches without one run code that has none of them. (A
-// paged problem's shape_params() has its page size before it has a block table: plans made
-// from them already count it.)
+// rows too). Families test it once per launch, so that launches without one run code that has
+// none of them. (A paged problem's shape_params() has its page size before it has a block
+// table: plans made from them already count it.)
 __host__ __device__ inline bool has_run_time_options(const FwdParams& p) {
     return p.softcap != 0.f || p.alibi_slopes != nullptr || p.block_table != nullptr || p.page_size != 0 ||
            p.cu_seqlens_q != nullptr || p.cu_seqlens_kv != nullptr || p.dropout.p != 0.f || element_rows(p.head_dim);
