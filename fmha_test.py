@@ -218,7 +218,7 @@ def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):
     (["-sliding-window-size", "0"], "-sliding-window-size must be positive"),
     (["-fp16", "-bf16"], "-fp16 and -bf16 disagree"),
     (["-d", "64", "-d", "128"], "flag -d given twice"),
-    (["-d", "60", "-bf16"], "nearest kernels"),
+    (["-d", "264", "-bf16"], "nearest kernels"),
     (["-kernel", "fmha_fwd_fp16_d72_mha_nomask_prefill_gfx90a"], "not in this build's catalogue"),
     (["-kernel", "fmha_fwd_fp16_d64"], "-kernel fmha_fwd_fp16_d64 is not in this build's catalogue (see -list)"),
     (["-softcapping-scale-bmm1", "-1"], "expects a finite fp32 number > 0 (or 0: off), got '-1'"),
