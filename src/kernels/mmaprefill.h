@@ -23,13 +23,15 @@
 namespace fmha {
 namespace mmaprefill {
 
-// What this family needs beyond the kernel's tuple: a scale it takes (mmaprefill/limits.h), and
-// a tile count the 1-D grid holds.
+// What this family needs beyond the kernel's tuple: a scale it takes, dropout its loop applies
+// (mmaprefill/limits.h), and a tile count the 1-D grid holds.
 template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
     // Q and K/V packed alike, or K/V in pages beside packed or padded Q
     const bool packed_alike = p.block_table || (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);
-    return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike;
+    const bool dropout_ok = p.dropout.p == 0.f || matrix_core(Config::arch) != MatrixCore::mfma || mfma_takes_dropout(Config::head_dim);
+    return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
+           dropout_ok;
 }
 
 // How a launch's tiles are divided, in words, for describe(): the tiles, GQA packing, and the

@@ -229,8 +229,8 @@ int main() {
     ok &= run<C<fp16, 64, gqa, causal, Arch::gfx942>>({2, 4, 2, 77, 130, -1, 0, true, true, 1, 3, 0.f, 0, 0.f, 0, 59}, 23);
     ok &= run<C<bf16, 128, mha, nomask, Arch::gfx90a>>({3, 2, 2, 50, 90, -1, -1, true, true, 2, 2, 0.f, 0, 0.f, 0, 111}, 24);
     ok &= run<C<bf16, 64, gqa, causal, Arch::gfx908>>({2, 4, 2, 40, 120, -1, 0, true, true, 1, 2, 0.f, 16, 0.f, 0, 59}, 25);
-    // Dropout at d256 beside softcapping and a row of ALiBi slopes per sequence.
-    ok &= run<C<bf16, 256, gqa, causal, Arch::gfx90a>>({2, 4, 2, 50, 80, -1, 0, false, true, 1, 2, 0.2f, 0, 0.4f, 2}, 26);
+    // Dropout beside softcapping and a row of ALiBi slopes per sequence.
+    ok &= run<C<bf16, 128, gqa, causal, Arch::gfx90a>>({2, 4, 2, 50, 80, -1, 0, false, true, 1, 2, 0.2f, 0, 0.4f, 2}, 26);
     std::printf(ok ? "all cases match the reference\n" : "some cases FAILED\n");
     return ok ? 0 : 1;
 }

@@ -85,6 +85,10 @@ TEST(Dropout, OnlyTheTensorCorePrefillFamilyTakesIt) {
     p.head_dim = 200;
     const KernelKey d256{DType::bf16, 256, HeadsKind::gqa, Mask::nomask, Family::mmaprefill, Arch::sm90};
     EXPECT_TRUE(kernel_supports(d256, p, &why)) << why;
+    // The MFMA loop's d256 kernels are compiled without it (registers): declined, with the reason.
+    const KernelKey mfma_d256{DType::bf16, 256, HeadsKind::gqa, Mask::nomask, Family::mmaprefill, Arch::gfx90a};
+    EXPECT_FALSE(kernel_supports(mfma_d256, p, &why));
+    EXPECT_NE(why.find("MFMA loop applies dropout up to head_dim 128"), std::string::npos) << why;
     p.dropout = 1.f;
     EXPECT_FALSE(p.validate().empty());
 }

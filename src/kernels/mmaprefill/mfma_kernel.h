@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(MfmaTraits<Config>::kThreads)
     const bool scored = p.softcap != 0.f || p.alibi_slopes != nullptr;
     FragmentScoring<1> scoring;  // this lane's row's ALiBi slope beside the launch's rule
     scoring.init(p.scale, p.softcap);
-    const bool dropping = p.dropout.p != 0.f;
+    const bool dropping = mfma_takes_dropout(T::kHeadDim) && p.dropout.p != 0.f;
     const bool elements = element_rows(p.head_dim);  // rows not in 16-byte vectors (element_rows.h)
     const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
     Dropout::Row dropout_row{};  // this lane's row's counter words
