@@ -65,10 +65,9 @@ bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_no
                           (key.mask == Mask::causal ? " (-causal-mask or a window)" : " (no -causal-mask or window)"));
     if (key.family == Family::mmaprefill && !mmaprefill::takes_scale(p.softmax_scale()))
         misfits.push_back("the tensor-core family takes a positive softmax scale only (a positive -scale-bmm1)");
-    if (key.family == Family::mmaprefill && p.dropout != 0.f && matrix_core(key.arch) == MatrixCore::mfma &&
-        !mmaprefill::mfma_takes_dropout(key.head_dim))
-        misfits.push_back("the tensor-core family's MFMA loop applies dropout up to head_dim " +
-                          std::to_string(mmaprefill::kMfmaDropoutMaxHeadDim));
+    if (key.family == Family::mmaprefill && p.dropout != 0.f)
+        if (const char* why = mmaprefill::dropout_declined(matrix_core(key.arch) == MatrixCore::mfma, key.head_dim))
+            misfits.push_back(why);
     if (key.family != Family::mmaprefill && p.dropout != 0.f)
         misfits.push_back("only the tensor-core prefill family (mmaprefill) applies dropout");
     if (!heads_fit(key.heads, p))

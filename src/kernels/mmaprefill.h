@@ -29,7 +29,7 @@ template <class Config>
 bool supports(const FwdParams& p, const PrefillTiling& tiling) {
     // Q and K/V packed alike, or K/V in pages beside packed or padded Q
     const bool packed_alike = p.block_table || (p.cu_seqlens_q == nullptr) == (p.cu_seqlens_kv == nullptr);
-    const bool dropout_ok = p.dropout.p == 0.f || matrix_core(Config::arch) != MatrixCore::mfma || mfma_takes_dropout(Config::head_dim);
+    const bool dropout_ok = p.dropout.p == 0.f || !dropout_declined(matrix_core(Config::arch) == MatrixCore::mfma, Config::head_dim);
     return params_match<Config>(p, Family::mmaprefill) && takes_scale(p.scale) && tiling.tiles <= INT32_MAX && packed_alike &&
            dropout_ok;
 }
@@ -173,7 +173,7 @@ std::string describe(const FwdParams& p) {
                                     " keys, a sequence's last tile copied from pages by the producer warpgroup"
                               : "") +
                (element_rows(p.head_dim) ? "; element rows (head_dim " + std::to_string(p.head_dim) +
-                                               " is not a multiple of 8): the producer warpgroup copies Q, K and V element by element"
+                                               " is not a multiple of 8): the producer warpgroup copies K and V, each consumer its Q rows, element by element"
                                          : "");
     });
 }

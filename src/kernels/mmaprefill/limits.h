@@ -16,5 +16,13 @@ inline constexpr bool takes_scale(float scale) { return scale > 0.f; }
 inline constexpr int kMfmaDropoutMaxHeadDim = 128;
 inline constexpr bool mfma_takes_dropout(int kernel_head_dim) { return kernel_head_dim <= kMfmaDropoutMaxHeadDim; }
 
+// Why a kernel of the family (on the MFMA loop or not, of kernel_head_dim) declines dropout, or
+// nullptr: the one rule the launcher's check and the heuristic's reasons both read.
+inline const char* dropout_declined(bool mfma, int kernel_head_dim) {
+    static_assert(kMfmaDropoutMaxHeadDim == 128, "the reason names the limit");
+    return mfma && !mfma_takes_dropout(kernel_head_dim) ? "the tensor-core family's MFMA loop applies dropout up to head_dim 128"
+                                                        : nullptr;
+}
+
 }  // namespace mmaprefill
 }  // namespace fmha

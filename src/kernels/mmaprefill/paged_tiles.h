@@ -2,10 +2,9 @@
 // paged KV cache's, and (element rows: a head_dim that is not a multiple of 8, whose rows TMA
 // cannot take) every tile of K and V, loaded element by element (common/element_rows.h) on the
 // same grid of key tiles, their rows a stride apart or in pages, and the consumers' Q rows.
-// Paged launches
-// walk key tiles on a grid of kBlockKeys from key 0 (TileWork::tiles_end), so that a tile is
-// whole pages, or part of one: a tile whose keys are all in the sequence comes by TMA, one box
-// of gcd(page_size, kBlockKeys) rows per page part, from a map of the cache's pages. The tile
+// Paged launches walk key tiles on a grid of kBlockKeys from key 0 (TileWork::tiles_end), so
+// that a tile is whole pages, or part of one: a tile whose keys are all in the sequence comes by
+// TMA, one box of gcd(page_size, kBlockKeys) rows per page part, from a map of the cache's pages. The tile
 // that reaches past the sequence's keys the producer warpgroup copies itself (cp.async), each
 // row found through the block table, into the swizzled layout a box would have, and zeros past
 // the sequence (the cache holds whatever there, and P.V would take NaN in V through a masked

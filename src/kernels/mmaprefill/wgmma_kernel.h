@@ -366,9 +366,9 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     };
     // Dropout on key tile i's packed probabilities (16-bit halves of P.V's A operand: element
     // e is half e % 2 of probabilities[e / 8][e % 8 / 2]), once no wgmma runs and the scores'
-    // registers are free. Where the tile starts on a 16-key boundary (every tile of a sequence
-    // whose length is a multiple of 16) each Philox call serves four of the thread's elements
-    // (common/dropout.h), two halves of two words; elsewhere one element, keep bits first.
+    // registers are free: the keep bits first, then the selects. Where the tile starts on a
+    // 16-key boundary (every tile of a sequence whose length is a multiple of 16) each Philox
+    // call serves four of the thread's elements (common/dropout.h); elsewhere one.
     auto drop_probabilities = [&](int i) {
         static_assert(T::kBlockKeys / 2 <= 64, "dropout's keep bits: one 64-bit word per key tile");
         const int k0 = keys.first_key(i, T::kBlockKeys), t = thread % 4;
@@ -382,8 +382,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                                   placed.tile.position0 + row % tiling.rows_per_head);
         }
         const auto halves = [&](bool low, bool high) { return (low ? 0xFFFFu : 0u) | (high ? 0xFFFF0000u : 0u); };
-        // The keep bits first, element e as bit e, then the selects. The Philox calls unrolled, but
-        // at d256 (o alone is 128 registers), where unrolled they spill: one at a time there.
+        // Element e is bit e of the keep bits. The Philox calls unrolled, but at d256 (o alone is
+        // 128 registers), where unrolled they spill: one at a time there.
         uint64_t kept = 0;
         if (k0 % 16 == 0) {
             constexpr int kCalls = T::kBlockKeys / 8, kUnrolled = T::kHeadDim <= 128 ? kCalls : 1;
