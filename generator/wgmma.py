@@ -1,6 +1,6 @@
 """The wgmma instruction wrappers (generated/wgmma_instructions.h).
 
-One inline-assembly statement per (N, dtype, B's major-ness, A's source): a wgmma's
+One inline-assembly statement per (N, dtype, B's and A's major-ness, A's source): a wgmma's
 accumulator registers are operands of the instruction itself, N/2 of them per thread for an
 m64nNk16 tile, so each N needs its own statement. This module writes the statements;
 templates/wgmma_instructions.h.j2 only places them.
@@ -19,11 +19,12 @@ class WgmmaStatement:
     dtype: str
     transpose_b: bool
     a_from_registers: bool
+    transpose_a: bool  # A from shared memory stored M-major (the backward's dS^T as dS)
     asm: str           # the PTX, as C string literal lines
     constraints: str   # the output operand list
 
 
-def statement(n, dtype, transpose_b, a_from_registers):
+def statement(n, dtype, transpose_b, a_from_registers, transpose_a=False):
     count = n // 2  # accumulators per thread
     accumulators = ", ".join(f"%{i}" for i in range(count))
     if a_from_registers:  # operands: d..., a0..a3, b descriptor, accumulate
@@ -31,16 +32,18 @@ def statement(n, dtype, transpose_b, a_from_registers):
         tail = f"p, 1, 1, {int(transpose_b)}"
     else:                 # operands: d..., a descriptor, b descriptor, accumulate
         a, b, accumulate = f"%{count}", f"%{count + 1}", count + 2
-        tail = f"p, 1, 1, 0, {int(transpose_b)}"
+        tail = f"p, 1, 1, {int(transpose_a)}, {int(transpose_b)}"
     ptx = DTYPE_PTX[dtype]
     lines = ["{", ".reg .pred p;", f"setp.ne.b32 p, %{accumulate}, 0;",
              f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{accumulators}}}, {a}, {b}, {tail};", "}"]
     asm = "\n".join(f'"{line}\\n"' for line in lines)
     constraints = ", ".join(f'"+f"(d[{i}])' for i in range(count))
-    return WgmmaStatement(n, dtype, transpose_b, a_from_registers, asm, constraints)
+    return WgmmaStatement(n, dtype, transpose_b, a_from_registers, transpose_a, asm, constraints)
 
 
 def statements():
-    return [statement(n, dtype, transpose_b, a_from_registers)
+    """A from registers is never transposed (its layout is the accumulators')."""
+    return [statement(n, dtype, transpose_b, a_from_registers, transpose_a)
             for n in WGMMA_N for dtype in DTYPE_PTX for transpose_b in (False, True)
-            for a_from_registers in (False, True)]
+            for a_from_registers in (False, True) for transpose_a in (False, True)
+            if not (a_from_registers and transpose_a)]

@@ -49,4 +49,11 @@ struct BwdParams {
     DropoutParams dropout;
 };
 
+// The backward kernels' grid: one dimension, a block per tile of at least 64 keys of each KV
+// head of each sequence (src/kernels/mmabwd/block_steps.h). The launcher and the heuristic ask.
+inline bool bwd_grid_fits(int64_t batch, int64_t heads_kv, int64_t seqlen_kv) {
+    constexpr int64_t kSmallestKeyTile = 64, kMostBlocks = 2147483647;
+    return (seqlen_kv + kSmallestKeyTile - 1) / kSmallestKeyTile * heads_kv * batch <= kMostBlocks;
+}
+
 }  // namespace fmha

@@ -116,8 +116,8 @@ Selection select_kernel(const Problem& p, Arch arch) {
 BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
     if (p.layout == Layout::packed) return {nullptr, "packed batches have no backward kernel yet"};
     if (p.softcap != 0.f || p.alibi || p.paged()) return {nullptr, "the serving options have no backward kernel"};
-    if (p.batch > 65535 || p.heads_kv > 65535)  // mmabwd's grid: key blocks x KV heads x batch
-        return {nullptr, "the backward kernels take at most 65535 sequences and 65535 KV heads"};
+    if (!bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv))
+        return {nullptr, "the backward kernels take at most 2^31 - 1 tiles of 64 keys (key tiles x KV heads x batch)"};
     const KernelKey key{p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), Family::mmabwd, arch};
     if (const BwdKernelEntry* entry = find_bwd_kernel(key))
         return {entry, std::string(entry->name) + ": " + kFamilyDescriptions[static_cast<int>(Family::mmabwd)]};

@@ -1,10 +1,10 @@
 // The mmabwd family: attention's backward on the matrix cores, three launches on one stream:
-// preprocess (D, zeroed dQ accumulator), the main loop over key blocks (mmabwd/mma_sync_kernel.h),
-// convert (dQ). Tile sizes: mmabwd/tiles.h; workspace: mmabwd/workspace.h.
-//
-// NVIDIA runs the loop on mma.sync (sm_80 on; Hopper's wgmma and TMA are the next step). CDNA's
-// place is the same loop on MFMA (mma/mfma.h: its accumulators are already the next product's
-// B operand, as mma.sync's C tiles are A operands here); the generator skips AMD archs until then.
+// preprocess (D, zeroed dQ accumulator), the main loop over key blocks, convert (dQ). One main
+// loop per matrix instruction set, sharing its steps (mmabwd/block_steps.h) and workspace
+// (mmabwd/workspace.h): wgmma on Hopper (mmabwd/wgmma_kernel.h), mma.sync on the archs before
+// it (mmabwd/mma_sync_kernel.h, tiles in mmabwd/tiles.h). CDNA's place is the same loop on MFMA
+// (mma/mfma.h: its accumulators are already the next product's B operand, as mma.sync's C
+// tiles are A operands here); the generator skips AMD archs until then.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -14,6 +14,10 @@
 #include "kernels/mmabwd/mma_sync_kernel.h"
 #include "kernels/mmabwd/tiles.h"
 #include "kernels/mmabwd/workspace.h"
+#if defined(__HIP_PLATFORM_NVIDIA__)
+#include "kernels/mmabwd/wgmma_kernel.h"
+#include "platform/hip_on_cuda/tensor_map.h"
+#endif
 
 namespace fmha {
 namespace mmabwd {
@@ -24,7 +28,7 @@ bool supports(const BwdParams& p) {
         return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
     };
     const bool heads_ok = p.heads_kv > 0 && p.heads_q % p.heads_kv == 0;
-    return heads_ok && p.head_dim == Config::head_dim && p.batch > 0 && p.batch <= 65535 && p.heads_kv <= 65535 &&
+    return heads_ok && p.head_dim == Config::head_dim && p.batch > 0 && bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv) &&
            p.seqlen_q > 0 && p.seqlen_kv > 0 && p.window.left >= 0 && p.window.right >= 0 && p.lse && p.workspace &&
            (p.dropout.p == 0.f || (p.dropout.p > 0.f && p.dropout.p < 1.f && p.dropout.seed_offset)) &&
            p.workspace_bytes >= Workspace::bytes(p) && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
@@ -37,23 +41,41 @@ size_t workspace_size(const BwdParams& p) {
     return Workspace::bytes(p);
 }
 
+// Starts the main loop's kernel, a block per key tile (block_steps.h: KeyTile). kKernel is a
+// template argument so that each kernel has its own static: the shared-memory attribute, set once.
+template <auto kKernel, int kKeys, int kThreads, int kSharedBytes, class... Arguments>
+hipError_t launch_loop(hipStream_t stream, const BwdParams& p, const Arguments&... arguments) {
+    static const hipError_t attribute = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+    if (attribute != hipSuccess) return attribute;
+    kKernel<<<unsigned(KeyTile::count(p, kKeys)), kThreads, kSharedBytes, stream>>>(p, arguments...);
+    return hipSuccess;
+}
+
 template <class Config>
 hipError_t launch(const BwdParams& p, hipStream_t stream) {
-    static_assert(has_mma_sync(Config::arch), "mmabwd's main loop for this arch");
-    using T = Tiles<Config>;
     if (!supports<Config>(p)) return hipErrorInvalidValue;
     constexpr int kRowThreads = 256;
     const int64_t row_threads = Workspace::rows(p) * (Config::head_dim / 8);
     const unsigned row_blocks = unsigned((row_threads + kRowThreads - 1) / kRowThreads);
     preprocess_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
 
-    auto* const kernel = &mma_sync_kernel<Config>;
-    static const hipError_t attribute =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
-    if (attribute != hipSuccess) return attribute;
-    const dim3 grid((p.seqlen_kv + T::kKeys - 1) / T::kKeys, p.heads_kv, p.batch);
-    kernel<<<grid, T::kThreads, T::kSharedBytes, stream>>>(p);
-
+    hipError_t loop;
+    if constexpr (matrix_core(Config::arch) == MatrixCore::wgmma) {
+        using T = WgmmaTiles<Config>;
+        constexpr bool kBf16 = Config::dtype == DType::bf16;
+        StepMaps maps{};
+        if (!hopper::encode_tensor_map(&maps.q, kBf16, p.q, p.q_strides, p.batch, p.heads_q, p.seqlen_q, Config::head_dim,
+                                       T::kQueries, 1) ||
+            !hopper::encode_tensor_map(&maps.d_o, kBf16, p.d_o, p.d_o_strides, p.batch, p.heads_q, p.seqlen_q,
+                                       Config::head_dim, T::kQueries, 1))
+            return hipErrorInvalidValue;
+        loop = launch_loop<&wgmma_kernel<Config>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
+    } else {
+        static_assert(has_mma_sync(Config::arch), "mmabwd's main loop for this arch");
+        using T = Tiles<Config>;
+        loop = launch_loop<&mma_sync_kernel<Config>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p);
+    }
+    if (loop != hipSuccess) return loop;
     convert_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
     return hipGetLastError();
 }

@@ -42,6 +42,16 @@ __device__ inline void copy_async_16(void* shared, const void* global, bool vali
 #endif
 }
 
+// 4 bytes likewise (cp.async through L1, the only kind of that size).
+__device__ inline void copy_async_4(void* shared, const void* global, bool valid) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(shared))),
+                 "l"(global), "r"(valid ? 4 : 0));
+#else
+    *static_cast<uint32_t*>(shared) = valid ? *static_cast<const uint32_t*>(global) : 0u;
+#endif
+}
+
 #if defined(__HIP_PLATFORM_NVIDIA__)
 // The first `bytes` (0 to 16) of 16 from global memory to the shared-memory address `shared`,
 // the rest of them zeros: a row's last chunk where head_dim is not a multiple of 8, or nothing

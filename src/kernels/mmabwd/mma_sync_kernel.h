@@ -21,24 +21,13 @@
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/mma/mma_sync.h"
+#include "kernels/mmabwd/block_steps.h"
 #include "kernels/mmabwd/tiles.h"
 #include "kernels/mmabwd/workspace.h"
 #include "kernels/numeric.h"
 
 namespace fmha {
 namespace mmabwd {
-
-// Starts copying rows [row0, row0 + kRows) of a [rows, head_dim] tensor into shared memory
-// (stride kRow), 16 bytes a lane; rows at or past `valid` become zeros (common/memory.h).
-template <class T, int kRows>
-__device__ inline void load_rows(uint16_t* shared, const uint16_t* base, int64_t row_stride, int row0, int valid) {
-    constexpr int kVectors = T::kHeadDim / 8;
-    for (int i = threadIdx.x; i < kRows * kVectors; i += T::kThreads) {
-        const int row = i / kVectors, column = (i % kVectors) * 8;
-        const bool inside = row0 + row < valid;
-        copy_async_16(shared + row * T::kRow + column, base + (inside ? (row0 + row) * row_stride + column : 0), inside);
-    }
-}
 
 // A warp's 16 rows of an accumulator [16, head_dim] in mma C layout, times `scale`, to rows
 // row0.. of a tensor; rows at or past `rows` are not written.
@@ -65,14 +54,14 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
     constexpr bool kMasked = Config::mask == Mask::causal;
     constexpr int kDimTiles = T::kHeadDim / 8;     // n tiles of a [16, head_dim] accumulator
     constexpr int kQueryTiles8 = T::kQueries / 8;  // n tiles of the transposed scores
-    constexpr float kLog2e = 1.4426950408889634f;
 
     extern __shared__ __align__(16) uint8_t shared[];
     uint16_t* const s_k = reinterpret_cast<uint16_t*>(shared + T::kKOffset);
     uint16_t* const s_v = reinterpret_cast<uint16_t*>(shared + T::kVOffset);
     uint16_t* const s_ds = reinterpret_cast<uint16_t*>(shared + T::kDsOffset);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const int key0 = blockIdx.x * T::kKeys, head_kv = blockIdx.y, batch = blockIdx.z;
+    const KeyTile tile = KeyTile::of(blockIdx.x, p);
+    const int key0 = tile.index * T::kKeys, head_kv = tile.head_kv, batch = tile.batch;
     const int len_q = sequence_length(p.seqlens_q, nullptr, batch, p.seqlen_q);
     const int len_kv = sequence_length(p.seqlens_kv, nullptr, batch, p.seqlen_kv);
     const KeyMask<kMasked> mask = KeyMask<kMasked>::of(len_q, len_kv, p.window);
@@ -80,63 +69,44 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
     const bool dropping = p.dropout.p != 0.f;
     const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
 
-    // The query rows that see some key of the block (mask.h: row i sees key j iff
-    // i + offset - left <= j <= i + offset + right), [q_lo, q_hi).
-    int q_lo = 0, q_hi = key0 < len_kv ? len_q : 0;
-    if constexpr (kMasked) {
-        q_lo = max(0, key0 - mask.offset - p.window.right);
-        q_hi = min(q_hi, key0 + T::kKeys - 1 - mask.offset + p.window.left + 1);
-    }
-
     float dk[kDimTiles][4] = {}, dv[kDimTiles][4] = {};
-    const int group = p.heads_q / p.heads_kv;
     const Workspace ws = Workspace::of(p);
-    // The steps: each query head of the group, and in it each block of kQueries rows from q_first.
-    const int q_first = q_lo / T::kQueries * T::kQueries;
-    const int head_steps = q_hi > q_first ? (q_hi - q_first + T::kQueries - 1) / T::kQueries : 0;
-    const int steps = group * head_steps;
-    struct Step {
-        int head, q0;
-        int64_t rows;  // the head's first workspace (and LSE) row
+    const auto steps_of = BlockSteps<T::kQueries>::of(p, mask, key0, T::kKeys, head_kv, batch, len_q);
+    const int steps = steps_of.steps;
+    // Where row r, column c of a tile (of a stage) goes: rows of kRow elements.
+    const auto place = [&](int offset, int stage) {
+        uint16_t* const tile = reinterpret_cast<uint16_t*>(shared + offset) + stage * T::kQueries * T::kRow;
+        return [tile](int row, int column) { return tile + row * T::kRow + column; };
     };
-    const auto step_of = [&](int s) {
-        const int head = head_kv * group + s / max(head_steps, 1);
-        return Step{head, q_first + s % max(head_steps, 1) * T::kQueries, (int64_t(batch) * p.heads_q + head) * p.seqlen_q};
-    };
-    // Starts loading a step's Q and dO (asynchronous) and its LSE and D into stage `stage`.
-    const auto load_step = [&](int s, int stage) {
-        const Step st = step_of(s);
-        load_rows<T, T::kQueries>(reinterpret_cast<uint16_t*>(shared + T::kQOffset) + stage * T::kQueries * T::kRow,
-                                  static_cast<const uint16_t*>(p.q) + batch * p.q_strides.batch + st.head * p.q_strides.head,
-                                  p.q_strides.row, st.q0, len_q);
-        load_rows<T, T::kQueries>(reinterpret_cast<uint16_t*>(shared + T::kDoOffset) + stage * T::kQueries * T::kRow,
-                                  static_cast<const uint16_t*>(p.d_o) + batch * p.d_o_strides.batch +
-                                      st.head * p.d_o_strides.head,
-                                  p.d_o_strides.row, st.q0, len_q);
-        float* const lse = reinterpret_cast<float*>(shared + T::kLseOffset) + stage * T::kQueries;
-        float* const d = reinterpret_cast<float*>(shared + T::kDOffset) + stage * T::kQueries;
-        for (int i = threadIdx.x; i < T::kQueries; i += T::kThreads) {
-            const bool valid = st.q0 + i < len_q;
-            const float row_lse = valid ? p.lse[st.rows + st.q0 + i] : INFINITY;
-            lse[i] = row_lse == -INFINITY ? INFINITY : row_lse * kLog2e;  // a row that sees no key: P = 0
-            d[i] = valid ? ws.d[st.rows + st.q0 + i] : 0.f;
-        }
+    const auto load_stage = [&](int s, int stage) {
+        const auto st = steps_of.at(s, p);
+        load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kQOffset, stage),
+                                                         static_cast<const uint16_t*>(p.q) + batch * p.q_strides.batch +
+                                                             st.head * p.q_strides.head,
+                                                         p.q_strides.row, st.q0, len_q);
+        load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kDoOffset, stage),
+                                                         static_cast<const uint16_t*>(p.d_o) + batch * p.d_o_strides.batch +
+                                                             st.head * p.d_o_strides.head,
+                                                         p.d_o_strides.row, st.q0, len_q);
+        load_row_stats<T::kThreads, T::kQueries>(p, st, len_q,
+                                                 reinterpret_cast<float*>(shared + T::kLseOffset) + stage * T::kQueries,
+                                                 reinterpret_cast<float*>(shared + T::kDOffset) + stage * T::kQueries);
     };
     if (steps > 0) {  // (no copies left in flight by a block without steps)
         const uint16_t* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
         const uint16_t* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
-        load_rows<T, T::kKeys>(s_k, k, p.k_strides.row, key0, len_kv);
-        load_rows<T, T::kKeys>(s_v, v, p.v_strides.row, key0, len_kv);
-        load_step(0, 0);
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, 0), k, p.k_strides.row, key0, len_kv);
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, 0), v, p.v_strides.row, key0, len_kv);
+        load_stage(0, 0);
     }
     for (int step = 0; step < steps; ++step) {
         const int stage = step % T::kStages;
-        const Step st = step_of(step);
+        const auto st = steps_of.at(step, p);
         const int q0 = st.q0;
         const int64_t rows = st.rows;
         copy_async_wait_all();
         __syncthreads();  // this step's stage has landed; the previous step is done with the other
-        if (step + 1 < steps) load_step(step + 1, stage ^ 1);
+        if (step + 1 < steps) load_stage(step + 1, stage ^ 1);
         const uint16_t* const s_q = reinterpret_cast<const uint16_t*>(shared + T::kQOffset) + stage * T::kQueries * T::kRow;
         const uint16_t* const s_do = reinterpret_cast<const uint16_t*>(shared + T::kDoOffset) + stage * T::kQueries * T::kRow;
         const float* const s_lse = reinterpret_cast<const float*>(shared + T::kLseOffset) + stage * T::kQueries;
@@ -158,34 +128,21 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
             }
         }
 
-        // Dropout's keep bits, bit 4n + c for element [n][c]: query row q0 + 8n + 2t + c % 2's
-        // Philox call for the warp's 16-key block holds keys g and g + 8 (words 2 (c / 2) + g % 2).
-        uint64_t kept = ~uint64_t(0);
-        if (dropping) {
-            static_assert(kQueryTiles8 * 4 <= 64, "dropout's keep bits: one 64-bit word per step");
-            kept = 0;
-            const int64_t stream = int64_t(batch) * p.heads_q + st.head;
-#pragma unroll
-            for (int n = 0; n < kQueryTiles8; ++n)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const PhiloxWords words = dropout.randoms(dropout.row(stream, q0 + 8 * n + 2 * t + e), key0 + 16 * warp + 2 * (g / 2));
-#pragma unroll
-                    for (int half = 0; half < 2; ++half)
-                        kept |= uint64_t(dropout.keeps(words.w[2 * half + g % 2])) << (4 * n + 2 * half + e);
-                }
-        }
         const float keep_scale = dropping ? dropout.keep_scale : 1.f;
 
         // P_d^T and dS^T in place of S^T and dP^T (C layout: key g (+8), queries 2t, 2t + 1).
 #pragma unroll
         for (int n = 0; n < kQueryTiles8; ++n) {
+            // Dropout's keep bits of the tile (block_steps.h), bit c for element c.
+            const unsigned kept = dropping ? transposed_keep_bits(dropout, int64_t(batch) * p.heads_q + st.head,
+                                                                  q0 + 8 * n, key0 + 16 * warp, lane)
+                                           : 0xFu;
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 const int key = key0 + 16 * warp + g + 8 * (c / 2), row = n * 8 + 2 * t + c % 2;
                 const bool seen = key < len_kv && (!kMasked || mask.sees(q0 + row, key));
-                const float prob = seen ? exp2f(s[n][c] * scale_log2 - s_lse[row]) : 0.f;
-                const float keep = (kept >> (4 * n + c)) & 1u ? keep_scale : 0.f;  // Z / (1 - p)
+                const float prob = seen ? exp2_approx(s[n][c] * scale_log2 - s_lse[row]) : 0.f;
+                const float keep = (kept >> c) & 1u ? keep_scale : 0.f;  // Z / (1 - p)
                 s[n][c] = prob * keep;
                 dp[n][c] = prob * (dp[n][c] * keep - s_d[row]);
             }

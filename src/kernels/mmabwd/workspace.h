@@ -1,13 +1,15 @@
 // The backward's workspace and its two small kernels around the main loop:
-//   preprocess: D = rowsum(dO * O) (minus dL/dLSE) per query row, and a zeroed fp32 dQ accumulator;
+//   preprocess: D = rowsum(dO * O) (minus dL/dLSE) and the LSE in the log2 domain per query row,
+//               and a zeroed fp32 dQ accumulator;
 //   convert:    dQ = scale * accumulator, in the element type.
-// Both walk query rows, head_dim / 8 lanes a row; D and the accumulator are contiguous
+// Both walk query rows, head_dim / 8 lanes a row; D, the LSE and the accumulator are contiguous
 // [batch, heads_q, seqlen_q] (x head_dim) whatever the tensors' strides.
 #pragma once
 
 #include <hip/hip_runtime.h>
 
 #include "fmha/bwd_params.h"
+#include "kernels/common/online_softmax.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/numeric.h"
@@ -18,12 +20,15 @@ namespace mmabwd {
 struct Workspace {
     float* dq_accum;  // [rows, head_dim], first: its 16-byte stores and 8-byte atomics stay aligned
     float* d;         // [rows]
+    // [rows]: the forward's LSE times log2(e), so that P = exp2(S scale log2(e) - lse_log2);
+    // +inf where the LSE is -inf (a row that sees no key: P = 0)
+    float* lse_log2;
 
     __host__ __device__ static int64_t rows(const BwdParams& p) { return int64_t(p.batch) * p.heads_q * p.seqlen_q; }
-    __host__ __device__ static size_t bytes(const BwdParams& p) { return size_t(rows(p)) * (1 + p.head_dim) * sizeof(float); }
+    __host__ __device__ static size_t bytes(const BwdParams& p) { return size_t(rows(p)) * (2 + p.head_dim) * sizeof(float); }
     __host__ __device__ static Workspace of(const BwdParams& p) {
         float* base = static_cast<float*>(p.workspace);
-        return {base, base + rows(p) * p.head_dim};
+        return {base, base + rows(p) * p.head_dim, base + rows(p) * (p.head_dim + 1)};
     }
 };
 
@@ -62,7 +67,10 @@ __global__ void preprocess_kernel(const BwdParams p) {
     }
 #pragma unroll
     for (int width = kLanes / 2; width > 0; width /= 2) sum += __shfl_xor(sum, width, kLanes);
-    if (inside && column == 0) ws.d[row] = sum - (p.d_lse ? p.d_lse[row] : 0.f);
+    if (inside && column == 0) {
+        ws.d[row] = sum - (p.d_lse ? p.d_lse[row] : 0.f);
+        ws.lse_log2[row] = p.lse[row] == -INFINITY ? INFINITY : p.lse[row] * kLog2e;
+    }
 }
 
 template <class Config>

@@ -1,0 +1,107 @@
+// What both backward loops share: the steps a block walks, the copies that feed a step and
+// dropout's keep bits in the transposed (key-major) accumulator layout.
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include "fmha/bwd_params.h"
+#include "kernels/common/dropout.h"
+#include "kernels/common/mask.h"
+#include "kernels/common/memory.h"
+#include "kernels/mmabwd/workspace.h"
+
+namespace fmha {
+namespace mmabwd {
+
+// The block's key tile: a 1-D grid over (key tile, KV head, batch), key tiles slowest, so that
+// blocks start in the order of their key tiles: with a causal mask the first tiles are seen by
+// the most query rows, so the longest blocks start first.
+struct KeyTile {
+    int index, head_kv, batch;
+    __host__ __device__ static int64_t count(const BwdParams& p, int keys) {
+        return int64_t((p.seqlen_kv + keys - 1) / keys) * p.heads_kv * p.batch;
+    }
+    __device__ static KeyTile of(int block, const BwdParams& p) {
+        const int per_tile = p.heads_kv * p.batch;
+        return {block / per_tile, block % per_tile % p.heads_kv, block % per_tile / p.heads_kv};
+    }
+};
+
+// A block owns `keys` keys from key0 of one KV head. Its steps: each query head of the head's
+// group and, in it, each block of kQueries rows from q_first that sees some of the keys.
+template <int kQueries>
+struct BlockSteps {
+    struct Step {
+        int head, q0;
+        int64_t rows;  // the head's first workspace (and LSE) row
+    };
+    int batch, first_head, q_first, head_steps, steps;
+
+    template <bool kMasked>
+    __device__ static BlockSteps of(const BwdParams& p, const KeyMask<kMasked>& mask, int key0, int keys, int head_kv,
+                                    int batch, int len_q) {
+        // The query rows that see some key of the block (mask.h: row i sees key j iff
+        // i + offset - left <= j <= i + offset + right), [q_lo, q_hi).
+        int q_lo = 0, q_hi = key0 < mask.len_kv ? len_q : 0;
+        if constexpr (kMasked) {
+            q_lo = max(0, key0 - mask.offset - p.window.right);
+            q_hi = min(q_hi, key0 + keys - 1 - mask.offset + p.window.left + 1);
+        }
+        const int group = p.heads_q / p.heads_kv;
+        const int q_first = q_lo / kQueries * kQueries;
+        const int head_steps = q_hi > q_first ? (q_hi - q_first + kQueries - 1) / kQueries : 0;
+        return {batch, head_kv * group, q_first, head_steps, group * head_steps};
+    }
+    __device__ Step at(int s, const BwdParams& p) const {
+        const int head = first_head + s / max(head_steps, 1);
+        return {head, q_first + s % max(head_steps, 1) * kQueries, (int64_t(batch) * p.heads_q + head) * p.seqlen_q};
+    }
+};
+
+// Starts copying rows [row0, row0 + kRows) of a [rows, kHeadDim] tensor into shared memory,
+// 16 bytes a lane, row r's column c to place(r, c); rows at or past `valid` become zeros.
+template <int kThreads, int kHeadDim, int kRows, class Place>
+__device__ inline void load_rows(Place place, const uint16_t* base, int64_t row_stride, int row0, int valid) {
+    constexpr int kVectors = kHeadDim / 8;
+    for (int i = threadIdx.x; i < kRows * kVectors; i += kThreads) {
+        const int row = i / kVectors, column = (i % kVectors) * 8;
+        const bool inside = row0 + row < valid;
+        copy_async_16(place(row, column), base + (inside ? (row0 + row) * row_stride + column : 0), inside);
+    }
+}
+
+// Starts copying a step's LSE (log2 domain) and D from the workspace; rows past the sequence
+// read zeros (P = 1 there, but Q and dO are zeros too, so every product of those rows is zero).
+template <int kThreads, int kQueries>
+__device__ inline void load_row_stats(const BwdParams& p, const typename BlockSteps<kQueries>::Step& st, int len_q,
+                                      float* lse, float* d) {
+    static_assert(2 * kQueries <= kThreads, "one copy a thread");
+    const Workspace ws = Workspace::of(p);
+    const int i = threadIdx.x % kQueries;
+    const bool valid = st.q0 + i < len_q;
+    const int64_t row = valid ? st.rows + st.q0 + i : 0;
+    if (threadIdx.x < kQueries) copy_async_4(lse + i, ws.lse_log2 + row, valid);
+    else if (threadIdx.x < 2 * kQueries) copy_async_4(d + i, ws.d + row, valid);
+}
+
+// Dropout's keep bits of a warp's 16 keys from key_block and 8 query rows from q0, in the
+// transposed accumulator layout (an mma.sync C tile, 8 columns of wgmma's accumulators): bit c
+// for element c, key key_block + g + 8 (c / 2), query q0 + 2t + c % 2. The Philox call of a
+// query row and a 16-key block holds keys g and g + 8 (common/dropout.h).
+__device__ inline unsigned transposed_keep_bits(const Dropout& dropout, int64_t stream, int q0, int key_block, int lane) {
+    const int g = lane / 4, t = lane % 4;
+    unsigned kept = 0;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const PhiloxWords words = dropout.randoms(dropout.row(stream, q0 + 2 * t + e), key_block + 2 * (g / 2));
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // (no run-time index into words: it would live in memory)
+            const uint32_t random = g % 2 ? words.w[2 * half + 1] : words.w[2 * half];
+            kept |= unsigned(dropout.keeps(random)) << (2 * half + e);
+        }
+    }
+    return kept;
+}
+
+}  // namespace mmabwd
+}  // namespace fmha

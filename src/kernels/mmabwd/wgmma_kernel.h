@@ -1,0 +1,305 @@
+// The backward main loop on Hopper's wgmma: mma_sync_kernel.h's order and block (a key tile of
+// one KV head, walking the query tiles of the group's heads that see it, dK and dV in
+// registers, dQ added into the fp32 workspace), with two warpgroups of 64 keys each. A step:
+//   S^T = K Q^T, dP^T = V dO^T          wgmma from shared memory (the warpgroup's 64 keys)
+//   P^T, dS^T = P^T (dP^T - D)          on the accumulators (dropout as mma_sync_kernel.h)
+//   dV += P^T dO, dK += dS^T Q          wgmma with P^T and dS^T as register A operands
+//   dQ += dS K                          dS^T through shared memory read M-major; each
+//                                       warpgroup takes half of dQ's columns over all 128 keys
+// Each step's Q and dO come by TMA (one thread issues them) into one of two stages, the next
+// step's during this one; its LSE and D by cp.async, as K and V once
+// (docs/decisions.md, "Backward on wgmma").
+#pragma once
+
+#include <hip/hip_runtime.h>
+
+#include "fmha/bwd_params.h"
+#include "kernels/common/dropout.h"
+#include "kernels/common/mask.h"
+#include "kernels/common/memory.h"
+#include "kernels/common/online_softmax.h"
+#include "kernels/common/sequence.h"
+#include "kernels/config.h"
+#include "kernels/mma/wgmma.h"
+#include "kernels/mmabwd/block_steps.h"
+#include "kernels/mmabwd/workspace.h"
+#include "kernels/numeric.h"
+#include "platform/hip_on_cuda/hopper.h"
+
+namespace fmha {
+namespace mmabwd {
+
+// Tile sizes and shared memory: every operand in 128-byte swizzle atoms (mma/wgmma.h).
+template <class Config>
+struct WgmmaTiles {
+    static constexpr int kHeadDim = Config::head_dim;
+    static constexpr int kWarpgroups = 2;
+    static constexpr int kThreads = kWarpgroups * wgmma::kThreads;
+    static constexpr int kKeys = kWarpgroups * wgmma::kRows;
+    // Query rows per step: the N of S^T = K Q^T; S^T and dP^T take kQueries / 2 registers a
+    // thread each beside dK and dV (head_dim / 2 each).
+    static constexpr int kQueries = 64;
+    static constexpr int kStages = 2;
+    static constexpr int kDqColumns = kHeadDim / kWarpgroups;  // a warpgroup's share of dQ
+
+    static constexpr int kAlignment = 1024;  // of swizzle atoms
+    static constexpr int kKVBytes = wgmma::tile_bytes(kKeys, kHeadDim);
+    static constexpr int kRowsBytes = wgmma::tile_bytes(kQueries, kHeadDim);  // a stage's Q or dO
+    static constexpr int kKOffset = 0;
+    static constexpr int kVOffset = kKOffset + kKVBytes;
+    static constexpr int kQOffset = kVOffset + kKVBytes;                // [kStages]
+    static constexpr int kDoOffset = kQOffset + kStages * kRowsBytes;   // [kStages]
+    static constexpr int kDsOffset = kDoOffset + kStages * kRowsBytes;  // dS^T [kKeys][kQueries]
+    static constexpr int kLseOffset = kDsOffset + wgmma::tile_bytes(kKeys, kQueries);  // [kStages][kQueries] fp32
+    static constexpr int kDOffset = kLseOffset + kStages * kQueries * 4;                 // likewise
+    static constexpr int kBarrierOffset = kDOffset + kStages * kQueries * 4;             // [kStages]: Q and dO landed
+    static constexpr int kSharedBytes = kBarrierOffset + kStages * 8 + kAlignment;
+
+    static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "generator/catalogue.py: mmabwd's head dims");
+    static_assert(kSharedBytes <= shared_bytes(Config::arch), "the arch's shared memory per block");
+};
+
+// Q and dO as TMA maps, boxes of 64 columns of kQueries rows; a __grid_constant__ kernel
+// parameter, so TMA reads them in place.
+struct StepMaps {
+    CUtensorMap q, d_o;
+};
+
+template <class Config>
+__global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
+    wgmma_kernel(const BwdParams p, const __grid_constant__ StepMaps maps) {
+    using T = WgmmaTiles<Config>;
+    using Numeric = DTypeTraits<Config::dtype>;
+    constexpr DType kDType = Config::dtype;
+    constexpr bool kMasked = Config::mask == Mask::causal;
+    constexpr int kScores = T::kQueries / 2;          // a thread's elements of S^T, of dP^T
+    constexpr int kQuerySteps = T::kQueries / wgmma::kK;  // k steps of dV += P^T dO
+
+    // Aligned by an offset from the shared array (not through an integer), so that the compiler
+    // still knows accesses through it as shared-memory ones.
+    extern __shared__ uint8_t shared_raw[];
+    uint8_t* const shared =
+        shared_raw + (T::kAlignment - hopper::shared_address(shared_raw) % T::kAlignment) % T::kAlignment;
+    const uint32_t base = hopper::shared_address(shared);
+    // Descriptors start from addresses the compiler cannot precompute, so that it derives each
+    // step's descriptor when issuing rather than holding them all in registers.
+    const auto at = [&](int offset) { return uint32_t(hopper::opaque(int(base + offset))); };
+    const int warpgroup = threadIdx.x / wgmma::kThreads, warp = threadIdx.x % wgmma::kThreads / 32;
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const KeyTile tile = KeyTile::of(blockIdx.x, p);
+    const int key0 = tile.index * T::kKeys, head_kv = tile.head_kv, batch = tile.batch;
+    const int warp_keys = key0 + wgmma::kRows * warpgroup + 16 * warp;  // the warp's 16 accumulator rows
+    const int len_q = sequence_length(p.seqlens_q, nullptr, batch, p.seqlen_q);
+    const int len_kv = sequence_length(p.seqlens_kv, nullptr, batch, p.seqlen_kv);
+    const KeyMask<kMasked> mask = KeyMask<kMasked>::of(len_q, len_kv, p.window);
+    const float scale_log2 = p.scale * kLog2e;
+    const bool dropping = p.dropout.p != 0.f;
+    const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
+    const float keep_scale = dropping ? dropout.keep_scale : 1.f;
+
+    float dk[T::kHeadDim / 2] = {}, dv[T::kHeadDim / 2] = {};
+    const Workspace ws = Workspace::of(p);
+    const auto walk = BlockSteps<T::kQueries>::of(p, mask, key0, T::kKeys, head_kv, batch, len_q);
+    // Where row r, column c of a swizzled tile of `rows` rows goes.
+    const auto place = [&](int offset, int rows) {
+        uint8_t* const tile = shared + offset;
+        return [tile, rows](int row, int column) { return tile + wgmma::swizzled_offset(rows, row, column); };
+    };
+    uint64_t* const landed = reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset);  // [stage]
+    // A step's Q and dO (TMA, on the stage's barrier) and its LSE and D (cp.async).
+    const auto load_stage = [&](int s, int stage) {
+        const auto st = walk.at(s, p);
+        if (threadIdx.x == 0) {
+            hopper::barrier_arrive_expect(&landed[stage], 2 * T::kRowsBytes);
+#pragma unroll
+            for (int atom = 0; atom < T::kHeadDim / wgmma::kAtomColumns; ++atom) {
+                const int column = atom * wgmma::kAtomColumns, offset = stage * T::kRowsBytes + atom * T::kQueries * wgmma::kRowBytes;
+                hopper::tma_load_4d(base + T::kQOffset + offset, &maps.q, column, st.q0, st.head, batch,
+                                    hopper::shared_address(&landed[stage]));
+                hopper::tma_load_4d(base + T::kDoOffset + offset, &maps.d_o, column, st.q0, st.head, batch,
+                                    hopper::shared_address(&landed[stage]));
+            }
+        }
+        load_row_stats<T::kThreads, T::kQueries>(p, st, len_q,
+                                                 reinterpret_cast<float*>(shared + T::kLseOffset) + stage * T::kQueries,
+                                                 reinterpret_cast<float*>(shared + T::kDOffset) + stage * T::kQueries);
+    };
+    if (walk.steps > 0) {  // (no copies left in flight by a block without steps)
+        const uint16_t* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
+        const uint16_t* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, T::kKeys), k, p.k_strides.row, key0, len_kv);
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, T::kKeys), v, p.v_strides.row, key0, len_kv);
+        if (threadIdx.x == 0) {
+            for (int stage = 0; stage < T::kStages; ++stage) hopper::barrier_init(&landed[stage], 1);
+            hopper::barrier_init_fence();
+        }
+        load_stage(0, 0);
+        copy_async_wait_all();
+        hopper::fence_async_shared();  // K and V are wgmma operands (read through the async proxy)
+    }
+    // The warpgroup's 64 rows of the K and V tiles (A operands, K-major).
+    const int own_rows = wgmma::kRows * warpgroup * wgmma::kRowBytes;
+    for (int step = 0; step < walk.steps; ++step) {
+        const int stage = step % T::kStages;
+        const auto st = walk.at(step, p);
+        copy_async_wait_all();  // this step's LSE and D
+        __syncthreads();        // ... are in; the previous step is done with the other stage
+        if (step + 1 < walk.steps) load_stage(step + 1, stage ^ 1);
+        hopper::barrier_wait(&landed[stage], (step / T::kStages) % 2);
+        const int q_tile = T::kQOffset + stage * T::kRowsBytes, do_tile = T::kDoOffset + stage * T::kRowsBytes;
+        if (st.q0 + T::kQueries > len_q && len_q < p.seqlen_q) {
+            // TMA read rows past this sequence's end (inside the tensor): zeros there, as P and dS
+            // are zero there only while Q and dO are finite.
+            for (int i = threadIdx.x; i < T::kQueries * T::kHeadDim / 8; i += T::kThreads) {
+                const int row = i / (T::kHeadDim / 8), column = i % (T::kHeadDim / 8) * 8;
+                if (st.q0 + row < len_q) continue;
+                const int offset = wgmma::swizzled_offset(T::kQueries, row, column);
+                *reinterpret_cast<uint4*>(shared + q_tile + offset) = make_uint4(0, 0, 0, 0);
+                *reinterpret_cast<uint4*>(shared + do_tile + offset) = make_uint4(0, 0, 0, 0);
+            }
+            hopper::fence_async_shared();
+            __syncthreads();
+        }
+        const float* const s_lse = reinterpret_cast<const float*>(shared + T::kLseOffset) + stage * T::kQueries;
+        const float* const s_d = reinterpret_cast<const float*>(shared + T::kDOffset) + stage * T::kQueries;
+        // Dropout's keep bits (block_steps.h), bit e for accumulator element e; before the
+        // accumulators below take their registers.
+        uint32_t kept = ~0u;
+        if (dropping) {
+            kept = 0;
+#pragma unroll 1
+            for (int n = 0; n < kScores / 4; ++n)
+                kept |= transposed_keep_bits(dropout, int64_t(batch) * p.heads_q + st.head, st.q0 + 8 * n, warp_keys, lane)
+                        << (4 * n);
+        }
+
+        // S^T = K Q^T and dP^T = V dO^T: accumulator element e is key warp_keys + g + 8 (e / 2 % 2),
+        // query row 8 (e / 4) + 2t + e % 2 of the step (mma/wgmma.h).
+        // (Zeroed, though the first wgmma overwrites them: an undefined accumulator would be
+        // live across the loop, holding its registers through the whole step.)
+        float s[kScores] = {}, dp[kScores] = {};
+        {
+            const wgmma::Descriptor k = wgmma::k_major_operand(at(T::kKOffset + own_rows));
+            const wgmma::Descriptor v = wgmma::k_major_operand(at(T::kVOffset + own_rows));
+            const wgmma::Descriptor q = wgmma::k_major_operand(at(q_tile)), d_o = wgmma::k_major_operand(at(do_tile));
+            hopper::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < T::kHeadDim / wgmma::kK; ++kk)
+                wgmma_ss<T::kQueries, kDType, false>(s, k.step(wgmma::k_major_step(T::kKeys, kk)),
+                                                     q.step(wgmma::k_major_step(T::kQueries, kk)), kk > 0);
+            hopper::wgmma_commit();
+#pragma unroll
+            for (int kk = 0; kk < T::kHeadDim / wgmma::kK; ++kk)
+                wgmma_ss<T::kQueries, kDType, false>(dp, v.step(wgmma::k_major_step(T::kKeys, kk)),
+                                                     d_o.step(wgmma::k_major_step(T::kQueries, kk)), kk > 0);
+            hopper::wgmma_commit();
+        }
+        hopper::wgmma_wait<1>();  // S^T is done; dP^T may still run
+        hopper::pin_registers(s);
+#pragma unroll
+        for (int e = 0; e < kScores; ++e) {
+            const int key = warp_keys + g + 8 * wgmma::row_half(e), row = 8 * (e / 4) + 2 * t + e % 2;
+            const bool seen = key < len_kv && (!kMasked || mask.sees(st.q0 + row, key));
+            s[e] = seen ? exp2_approx(s[e] * scale_log2 - s_lse[row]) : 0.f;
+        }
+        hopper::wgmma_wait<0>();
+        hopper::pin_registers(dp);
+        // P_d^T and dS^T as the A operands of dV and dK: columns 16k .. 16k + 15 are step k.
+        uint32_t a_p[kQuerySteps][4], a_ds[kQuerySteps][4];
+#pragma unroll
+        for (int e = 0; e < kScores; e += 2) {
+            const int row = 8 * (e / 4) + 2 * t;
+            float pd[2], ds[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float keep = (kept >> (e + i)) & 1u ? keep_scale : 0.f;  // Z / (1 - p)
+                pd[i] = s[e + i] * keep;
+                ds[i] = s[e + i] * (dp[e + i] * keep - s_d[row + i]);
+            }
+            a_p[e / 8][e % 8 / 2] = hopper::pack_pair<kDType>(pd[0], pd[1]);
+            a_ds[e / 8][e % 8 / 2] = hopper::pack_pair<kDType>(ds[0], ds[1]);
+        }
+        {
+            const wgmma::Descriptor d_o = wgmma::n_major_operand(at(do_tile), T::kQueries);
+            const wgmma::Descriptor q = wgmma::n_major_operand(at(q_tile), T::kQueries);
+            hopper::pin_registers(dv);
+            hopper::pin_registers(dk);
+            hopper::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kQuerySteps; ++kk)
+                wgmma_rs<T::kHeadDim, kDType, true>(dv, a_p[kk], d_o.step(wgmma::n_major_step(kk)), 1);
+#pragma unroll
+            for (int kk = 0; kk < kQuerySteps; ++kk)
+                wgmma_rs<T::kHeadDim, kDType, true>(dk, a_ds[kk], q.step(wgmma::n_major_step(kk)), 1);
+            hopper::wgmma_commit();
+        }
+        // dS^T to shared memory, [key][query] (register i of a step: key g + 8 (i % 2), queries
+        // 16k + 8 (i / 2) + 2t and the next).
+        // (The row from a value the compiler cannot see through: else it keeps all 16 addresses
+        // in registers across the loop.)
+        uint8_t* const ds_tile = shared + T::kDsOffset;
+        const int ds_row = hopper::opaque(warp_keys - key0 + g);
+#pragma unroll
+        for (int kk = 0; kk < kQuerySteps; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                *reinterpret_cast<uint32_t*>(ds_tile + wgmma::swizzled_offset(T::kKeys, ds_row + 8 * (i % 2),
+                                                                              16 * kk + 8 * (i / 2) + 2 * t)) = a_ds[kk][i];
+        hopper::fence_async_shared();
+        __syncthreads();  // both warpgroups' dS^T are in place
+
+        // dQ += dS K for columns [c0, c0 + kDqColumns): A = dS^T read M-major, B = K N-major,
+        // both along the block's keys.
+        const int c0 = warpgroup * T::kDqColumns;
+        float dq[T::kDqColumns / 2] = {};
+        {
+            const wgmma::Descriptor ds = wgmma::n_major_operand(at(T::kDsOffset), T::kKeys);
+            const wgmma::Descriptor k = wgmma::n_major_operand(at(T::kKOffset + wgmma::swizzled_offset(T::kKeys, 0, c0)), T::kKeys);
+            hopper::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < T::kKeys / wgmma::kK; ++kk)
+                wgmma_ss<T::kDqColumns, kDType, true, true>(dq, ds.step(wgmma::n_major_step(kk)),
+                                                            k.step(wgmma::n_major_step(kk)), kk > 0);
+            hopper::wgmma_commit();
+            hopper::wgmma_wait<1>();  // dV and dK are done with their register operands
+#pragma unroll
+            for (int kk = 0; kk < kQuerySteps; ++kk) {
+                hopper::pin_registers(a_p[kk]);
+                hopper::pin_registers(a_ds[kk]);
+            }
+            hopper::pin_registers(dv);
+            hopper::pin_registers(dk);
+            hopper::wgmma_wait<0>();
+            hopper::pin_registers(dq);
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // the thread's rows 16w + g and 16w + g + 8
+            const int row = st.q0 + 16 * warp + g + 8 * half;
+            if (row >= len_q) continue;
+            float* const accum = ws.dq_accum + (st.rows + row) * T::kHeadDim + c0 + 2 * t;
+#pragma unroll
+            for (int n = 0; n < T::kDqColumns / 8; ++n)
+                atomicAdd(reinterpret_cast<float2*>(accum + 8 * n), make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]));
+        }
+    }
+
+    // Rows past the sequence's keys (inside seqlen_kv) get the zeros they hold.
+    uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + batch * p.dk_strides.batch + head_kv * p.dk_strides.head;
+    uint16_t* dv_out = static_cast<uint16_t*>(p.dv) + batch * p.dv_strides.batch + head_kv * p.dv_strides.head;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = warp_keys + g + 8 * half;
+        if (row >= p.seqlen_kv) continue;
+        uint16_t* const dk_row = dk_out + row * p.dk_strides.row + 2 * t;
+        uint16_t* const dv_row = dv_out + row * p.dv_strides.row + 2 * t;
+#pragma unroll
+        for (int n = 0; n < T::kHeadDim / 8; ++n) {
+            const int e = 4 * n + 2 * half;
+            *reinterpret_cast<uint32_t*>(dk_row + 8 * n) = pack2<Numeric>(dk[e] * p.scale, dk[e + 1] * p.scale);
+            *reinterpret_cast<uint32_t*>(dv_row + 8 * n) = pack2<Numeric>(dv[e], dv[e + 1]);
+        }
+    }
+}
+
+}  // namespace mmabwd
+}  // namespace fmha
