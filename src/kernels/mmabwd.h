@@ -67,7 +67,9 @@ hipError_t launch(const BwdParams& p, hipStream_t stream) {
         if (!hopper::encode_tensor_map(&maps.q, kBf16, p.q, p.q_strides, p.batch, p.heads_q, p.seqlen_q, Config::head_dim,
                                        T::kQueries, 1) ||
             !hopper::encode_tensor_map(&maps.d_o, kBf16, p.d_o, p.d_o_strides, p.batch, p.heads_q, p.seqlen_q,
-                                       Config::head_dim, T::kQueries, 1))
+                                       Config::head_dim, T::kQueries, 1) ||
+            !hopper::encode_fp32_rows_map(&maps.dq_accum, Workspace::of(p).dq_accum, Workspace::rows(p), Config::head_dim,
+                                          T::kQueries))
             return hipErrorInvalidValue;
         loop = launch_loop<&wgmma_kernel<Config>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
     } else {

@@ -215,9 +215,9 @@ bool run(const Case& c, unsigned seed) {
 
     using T = mmabwd::Tiles<Config>;
     static_assert(T::kSharedBytes <= int(sizeof(mmabwd::shared)));
-    const int row_blocks = int((rows * (d / 8) + 255) / 256);
+    const int row_blocks = int((mmabwd::Workspace::rows(p) * (d / 8) + 255) / 256);
     run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::preprocess_kernel<Config>(p); });
-    run_grid((c.skv + T::kKeys - 1) / T::kKeys, c.hkv, c.batch, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config>(p); });
+    run_grid(int(mmabwd::KeyTile::count(p, T::kKeys)), 1, 1, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config>(p); });
     run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::convert_kernel<Config>(p); });
 
     // Error relative to each tensor's largest reference value; padded rows must be zero.

@@ -74,6 +74,15 @@ struct KeyMask {
     __host__ __device__ int diagonal(int position) const { return position + offset; }
     __host__ __device__ MaskRow row(int position) const { return {diagonal(position), true}; }
     __host__ __device__ bool sees(int position, int key) const { return key < len_kv && row(position).template sees<kMasked>(key, window); }
+    // Whether every row of positions [first, first + rows) sees every key of [key0, key0 + keys):
+    // the keys lie below len_kv and, masked, between the last row's window start and the first
+    // row's window end.
+    __host__ __device__ bool sees_all(int first, int rows, int key0, int keys) const {
+        if (key0 + keys > len_kv) return false;
+        if constexpr (!kMasked) return true;
+        return int64_t(first) + rows - 1 + offset - window.left <= key0 &&
+               int64_t(key0) + keys - 1 <= int64_t(first) + offset + window.right;
+    }
     // The keys that some row of positions [first, last] sees, [kv_lo, kv_hi) (the rows'
     // ranges move with their diagonals, so the first and last rows bound them).
     __host__ __device__ void key_range(int first, int last, int& kv_lo, int& kv_hi) const {

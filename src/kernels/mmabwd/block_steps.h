@@ -33,7 +33,7 @@ template <int kQueries>
 struct BlockSteps {
     struct Step {
         int head, q0;
-        int64_t rows;  // the head's first workspace (and LSE) row
+        int64_t rows;  // the head's first workspace row
     };
     int batch, first_head, q_first, head_steps, steps;
 
@@ -54,7 +54,7 @@ struct BlockSteps {
     }
     __device__ Step at(int s, const BwdParams& p) const {
         const int head = first_head + s / max(head_steps, 1);
-        return {head, q_first + s % max(head_steps, 1) * kQueries, (int64_t(batch) * p.heads_q + head) * p.seqlen_q};
+        return {head, q_first + s % max(head_steps, 1) * kQueries, (int64_t(batch) * p.heads_q + head) * Workspace::head_rows(p)};
     }
 };
 

@@ -5,13 +5,17 @@
 //   P^T, dS^T = P^T (dP^T - D)          on the accumulators (dropout as mma_sync_kernel.h)
 //   dV += P^T dO, dK += dS^T Q          wgmma with P^T and dS^T as register A operands
 //   dQ += dS K                          dS^T through shared memory read M-major; each
-//                                       warpgroup takes half of dQ's columns over all 128 keys
-// Each step's Q and dO come by TMA (one thread issues them) into one of two stages, the next
-// step's during this one; its LSE and D by cp.async, as K and V once
-// (docs/decisions.md, "Backward on wgmma").
+//                                       warpgroup takes half of dQ's columns over all 128 keys,
+//                                       and adds them into the workspace by TMA (reduce-add)
+// Each step's Q, dO, LSE and D come by TMA into a ring of three stages, issued by one thread
+// two steps ahead, and dS^T alternates between two buffers, so that the warpgroups meet at one
+// barrier a step (dS^T written); K and V come once, by cp.async (docs/decisions.md, "Backward on
+// wgmma").
 #pragma once
 
 #include <hip/hip_runtime.h>
+
+#include <type_traits>
 
 #include "fmha/bwd_params.h"
 #include "kernels/common/dropout.h"
@@ -39,7 +43,8 @@ struct WgmmaTiles {
     // Query rows per step: the N of S^T = K Q^T; S^T and dP^T take kQueries / 2 registers a
     // thread each beside dK and dV (head_dim / 2 each).
     static constexpr int kQueries = 64;
-    static constexpr int kStages = 2;
+    static constexpr int kStages = 3;
+    static constexpr int kDsBuffers = 2;
     static constexpr int kDqColumns = kHeadDim / kWarpgroups;  // a warpgroup's share of dQ
 
     static constexpr int kAlignment = 1024;  // of swizzle atoms
@@ -49,20 +54,28 @@ struct WgmmaTiles {
     static constexpr int kVOffset = kKOffset + kKVBytes;
     static constexpr int kQOffset = kVOffset + kKVBytes;                // [kStages]
     static constexpr int kDoOffset = kQOffset + kStages * kRowsBytes;   // [kStages]
-    static constexpr int kDsOffset = kDoOffset + kStages * kRowsBytes;  // dS^T [kKeys][kQueries]
-    static constexpr int kLseOffset = kDsOffset + wgmma::tile_bytes(kKeys, kQueries);  // [kStages][kQueries] fp32
-    static constexpr int kDOffset = kLseOffset + kStages * kQueries * 4;                 // likewise
-    static constexpr int kBarrierOffset = kDOffset + kStages * kQueries * 4;             // [kStages]: Q and dO landed
+    static constexpr int kDsBytes = wgmma::tile_bytes(kKeys, kQueries);
+    static constexpr int kDsOffset = kDoOffset + kStages * kRowsBytes;  // dS^T [kDsBuffers][kKeys][kQueries]
+    static constexpr int kDqOffset = kDsOffset + kDsBuffers * kDsBytes;  // dQ [kQueries][kHeadDim] fp32, in boxes
+    static constexpr int kDqBoxColumns = 32;                              // of 128-byte swizzled rows
+    static constexpr int kDqBoxBytes = kQueries * kDqBoxColumns * 4;
+    static constexpr int kStatsBytes = kQueries * 4;                           // a stage's LSE or D, fp32
+    static constexpr int kLseOffset = kDqOffset + kQueries * kHeadDim * 4;     // [kStages]
+    static constexpr int kDOffset = kLseOffset + kStages * kStatsBytes;        // [kStages]
+    static constexpr int kBarrierOffset = kDOffset + kStages * kStatsBytes;    // [kStages]: the stage landed
     static constexpr int kSharedBytes = kBarrierOffset + kStages * 8 + kAlignment;
 
+    static_assert((kKOffset | kVOffset | kQOffset | kDoOffset | kDsOffset | kDqOffset) % kAlignment == 0,
+                  "swizzled tiles start at 1024-byte boundaries (the swizzle follows address bits)");
     static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "generator/catalogue.py: mmabwd's head dims");
     static_assert(kSharedBytes <= shared_bytes(Config::arch), "the arch's shared memory per block");
 };
 
-// Q and dO as TMA maps, boxes of 64 columns of kQueries rows; a __grid_constant__ kernel
-// parameter, so TMA reads them in place.
+// Q and dO as TMA maps, boxes of 64 columns of kQueries rows, and the workspace's dQ
+// accumulator, boxes of 32 columns of kQueries rows; a __grid_constant__ kernel parameter, so
+// TMA reads them in place.
 struct StepMaps {
-    CUtensorMap q, d_o;
+    CUtensorMap q, d_o, dq_accum;
 };
 
 template <class Config>
@@ -106,23 +119,21 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         return [tile, rows](int row, int column) { return tile + wgmma::swizzled_offset(rows, row, column); };
     };
     uint64_t* const landed = reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset);  // [stage]
-    // A step's Q and dO (TMA, on the stage's barrier) and its LSE and D (cp.async).
-    const auto load_stage = [&](int s, int stage) {
+    // Thread 0 starts a step's copies: Q and dO (TMA boxes), its LSE and D (bulk copies; the
+    // workspace's rows of a step are one aligned range: workspace.h).
+    const auto load_stage = [&](int s) {
         const auto st = walk.at(s, p);
-        if (threadIdx.x == 0) {
-            hopper::barrier_arrive_expect(&landed[stage], 2 * T::kRowsBytes);
+        const int stage = s % T::kStages;
+        const uint32_t barrier = hopper::shared_address(&landed[stage]);
+        hopper::barrier_arrive_expect(barrier, 2 * (T::kRowsBytes + T::kStatsBytes));
 #pragma unroll
-            for (int atom = 0; atom < T::kHeadDim / wgmma::kAtomColumns; ++atom) {
-                const int column = atom * wgmma::kAtomColumns, offset = stage * T::kRowsBytes + atom * T::kQueries * wgmma::kRowBytes;
-                hopper::tma_load_4d(base + T::kQOffset + offset, &maps.q, column, st.q0, st.head, batch,
-                                    hopper::shared_address(&landed[stage]));
-                hopper::tma_load_4d(base + T::kDoOffset + offset, &maps.d_o, column, st.q0, st.head, batch,
-                                    hopper::shared_address(&landed[stage]));
-            }
+        for (int atom = 0; atom < T::kHeadDim / wgmma::kAtomColumns; ++atom) {
+            const int column = atom * wgmma::kAtomColumns, offset = stage * T::kRowsBytes + atom * T::kQueries * wgmma::kRowBytes;
+            hopper::tma_load_4d(base + T::kQOffset + offset, &maps.q, column, st.q0, st.head, batch, barrier);
+            hopper::tma_load_4d(base + T::kDoOffset + offset, &maps.d_o, column, st.q0, st.head, batch, barrier);
         }
-        load_row_stats<T::kThreads, T::kQueries>(p, st, len_q,
-                                                 reinterpret_cast<float*>(shared + T::kLseOffset) + stage * T::kQueries,
-                                                 reinterpret_cast<float*>(shared + T::kDOffset) + stage * T::kQueries);
+        hopper::bulk_load(base + T::kLseOffset + stage * T::kStatsBytes, ws.lse_log2 + st.rows + st.q0, T::kStatsBytes, barrier);
+        hopper::bulk_load(base + T::kDOffset + stage * T::kStatsBytes, ws.d + st.rows + st.q0, T::kStatsBytes, barrier);
     };
     if (walk.steps > 0) {  // (no copies left in flight by a block without steps)
         const uint16_t* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
@@ -132,19 +143,17 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         if (threadIdx.x == 0) {
             for (int stage = 0; stage < T::kStages; ++stage) hopper::barrier_init(&landed[stage], 1);
             hopper::barrier_init_fence();
+            for (int s = 0; s < min(walk.steps, T::kStages - 1); ++s) load_stage(s);
         }
-        load_stage(0, 0);
         copy_async_wait_all();
         hopper::fence_async_shared();  // K and V are wgmma operands (read through the async proxy)
+        __syncthreads();               // ... and the barriers initialised
     }
     // The warpgroup's 64 rows of the K and V tiles (A operands, K-major).
     const int own_rows = wgmma::kRows * warpgroup * wgmma::kRowBytes;
     for (int step = 0; step < walk.steps; ++step) {
         const int stage = step % T::kStages;
         const auto st = walk.at(step, p);
-        copy_async_wait_all();  // this step's LSE and D
-        __syncthreads();        // ... are in; the previous step is done with the other stage
-        if (step + 1 < walk.steps) load_stage(step + 1, stage ^ 1);
         hopper::barrier_wait(&landed[stage], (step / T::kStages) % 2);
         const int q_tile = T::kQOffset + stage * T::kRowsBytes, do_tile = T::kDoOffset + stage * T::kRowsBytes;
         if (st.q0 + T::kQueries > len_q && len_q < p.seqlen_q) {
@@ -160,8 +169,8 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
             hopper::fence_async_shared();
             __syncthreads();
         }
-        const float* const s_lse = reinterpret_cast<const float*>(shared + T::kLseOffset) + stage * T::kQueries;
-        const float* const s_d = reinterpret_cast<const float*>(shared + T::kDOffset) + stage * T::kQueries;
+        const float* const s_lse = reinterpret_cast<const float*>(shared + T::kLseOffset + stage * T::kStatsBytes);
+        const float* const s_d = reinterpret_cast<const float*>(shared + T::kDOffset + stage * T::kStatsBytes);
         // Dropout's keep bits (block_steps.h), bit e for accumulator element e; before the
         // accumulators below take their registers.
         uint32_t kept = ~0u;
@@ -196,12 +205,18 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         }
         hopper::wgmma_wait<1>();  // S^T is done; dP^T may still run
         hopper::pin_registers(s);
+        // P^T in place of S^T; the mask is tested only where the step's rows and the block's keys
+        // are not all seen (the diagonal's steps, a sequence's last keys).
+        const auto probabilities = [&](auto masked) {
 #pragma unroll
-        for (int e = 0; e < kScores; ++e) {
-            const int key = warp_keys + g + 8 * wgmma::row_half(e), row = 8 * (e / 4) + 2 * t + e % 2;
-            const bool seen = key < len_kv && (!kMasked || mask.sees(st.q0 + row, key));
-            s[e] = seen ? exp2_approx(s[e] * scale_log2 - s_lse[row]) : 0.f;
-        }
+            for (int e = 0; e < kScores; ++e) {
+                const int key = warp_keys + g + 8 * wgmma::row_half(e), row = 8 * (e / 4) + 2 * t + e % 2;
+                const bool seen = !decltype(masked)::value || (key < len_kv && (!kMasked || mask.sees(st.q0 + row, key)));
+                s[e] = seen ? exp2_approx(s[e] * scale_log2 - s_lse[row]) : 0.f;
+            }
+        };
+        if (mask.sees_all(st.q0, T::kQueries, key0, T::kKeys)) probabilities(std::false_type{});
+        else probabilities(std::true_type{});
         hopper::wgmma_wait<0>();
         hopper::pin_registers(dp);
         // P_d^T and dS^T as the A operands of dV and dK: columns 16k .. 16k + 15 are step k.
@@ -237,7 +252,8 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         // 16k + 8 (i / 2) + 2t and the next).
         // (The row from a value the compiler cannot see through: else it keeps all 16 addresses
         // in registers across the loop.)
-        uint8_t* const ds_tile = shared + T::kDsOffset;
+        const int ds_buffer = T::kDsOffset + step % T::kDsBuffers * T::kDsBytes;
+        uint8_t* const ds_tile = shared + ds_buffer;
         const int ds_row = hopper::opaque(warp_keys - key0 + g);
 #pragma unroll
         for (int kk = 0; kk < kQuerySteps; ++kk)
@@ -246,14 +262,16 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                 *reinterpret_cast<uint32_t*>(ds_tile + wgmma::swizzled_offset(T::kKeys, ds_row + 8 * (i % 2),
                                                                               16 * kk + 8 * (i / 2) + 2 * t)) = a_ds[kk][i];
         hopper::fence_async_shared();
-        __syncthreads();  // both warpgroups' dS^T are in place
+        if (threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait_read();  // step - 1's dQ add has read its rows
+        __syncthreads();  // both warpgroups' dS^T are in place, and step - 1 is done everywhere:
+        if (threadIdx.x == 0 && step + T::kStages - 1 < walk.steps) load_stage(step + T::kStages - 1);  // its stage is free
 
         // dQ += dS K for columns [c0, c0 + kDqColumns): A = dS^T read M-major, B = K N-major,
         // both along the block's keys.
         const int c0 = warpgroup * T::kDqColumns;
         float dq[T::kDqColumns / 2] = {};
         {
-            const wgmma::Descriptor ds = wgmma::n_major_operand(at(T::kDsOffset), T::kKeys);
+            const wgmma::Descriptor ds = wgmma::n_major_operand(at(ds_buffer), T::kKeys);
             const wgmma::Descriptor k = wgmma::n_major_operand(at(T::kKOffset + wgmma::swizzled_offset(T::kKeys, 0, c0)), T::kKeys);
             hopper::wgmma_fence();
 #pragma unroll
@@ -272,16 +290,31 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
             hopper::wgmma_wait<0>();
             hopper::pin_registers(dq);
         }
+        // The warpgroup's columns of dQ into shared memory (its boxes: row r's 16-byte chunk c at
+        // chunk c ^ (r % 8), as TMA reads them), then one thread adds them into the workspace.
+        // Rows past the sequence add zeros: their dS rows are zero.
 #pragma unroll
         for (int half = 0; half < 2; ++half) {  // the thread's rows 16w + g and 16w + g + 8
-            const int row = st.q0 + 16 * warp + g + 8 * half;
-            if (row >= len_q) continue;
-            float* const accum = ws.dq_accum + (st.rows + row) * T::kHeadDim + c0 + 2 * t;
+            const int row = 16 * warp + g + 8 * half;
 #pragma unroll
-            for (int n = 0; n < T::kDqColumns / 8; ++n)
-                atomicAdd(reinterpret_cast<float2*>(accum + 8 * n), make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]));
+            for (int n = 0; n < T::kDqColumns / 8; ++n) {
+                const int column = c0 + 8 * n + 2 * t, box = column / T::kDqBoxColumns, chunk = column % T::kDqBoxColumns / 4;
+                *reinterpret_cast<float2*>(shared + T::kDqOffset + box * T::kDqBoxBytes + row * wgmma::kRowBytes +
+                                           (chunk ^ (row % 8)) * 16 + column % 4 * 4) =
+                    make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]);
+            }
+        }
+        hopper::fence_async_shared();
+        hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
+        if (threadIdx.x % wgmma::kThreads == 0) {
+#pragma unroll
+            for (int box = c0 / T::kDqBoxColumns; box < (c0 + T::kDqColumns) / T::kDqBoxColumns; ++box)
+                hopper::tma_reduce_add_2d(&maps.dq_accum, base + T::kDqOffset + box * T::kDqBoxBytes, box * T::kDqBoxColumns,
+                                          int(st.rows + st.q0));
+            hopper::bulk_commit();
         }
     }
+    if (threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait();  // (the adds read shared memory)
 
     // Rows past the sequence's keys (inside seqlen_kv) get the zeros they hold.
     uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + batch * p.dk_strides.batch + head_kv * p.dk_strides.head;

@@ -18,13 +18,17 @@ namespace fmha {
 namespace mmabwd {
 
 struct Workspace {
+    // Each (sequence, query head) has head_rows() rows, seqlen_q rounded up to a tile of
+    // kRowTile: a step's rows are one aligned range inside the workspace (bulk copies).
+    static constexpr int kRowTile = 64;
     float* dq_accum;  // [rows, head_dim], first: its 16-byte stores and 8-byte atomics stay aligned
-    float* d;         // [rows]
+    float* d;         // [rows]; 0 past a sequence's rows
     // [rows]: the forward's LSE times log2(e), so that P = exp2(S scale log2(e) - lse_log2);
-    // +inf where the LSE is -inf (a row that sees no key: P = 0)
+    // +inf where the LSE is -inf (a row that sees no key) and past a sequence's rows: P = 0
     float* lse_log2;
 
-    __host__ __device__ static int64_t rows(const BwdParams& p) { return int64_t(p.batch) * p.heads_q * p.seqlen_q; }
+    __host__ __device__ static int head_rows(const BwdParams& p) { return (p.seqlen_q + kRowTile - 1) / kRowTile * kRowTile; }
+    __host__ __device__ static int64_t rows(const BwdParams& p) { return int64_t(p.batch) * p.heads_q * head_rows(p); }
     __host__ __device__ static size_t bytes(const BwdParams& p) { return size_t(rows(p)) * (2 + p.head_dim) * sizeof(float); }
     __host__ __device__ static Workspace of(const BwdParams& p) {
         float* base = static_cast<float*>(p.workspace);
@@ -32,15 +36,17 @@ struct Workspace {
     }
 };
 
-// A query row of the flat [batch, heads_q, seqlen_q] order, and where it lives in a tensor.
+// A workspace row: its sequence, query head and position, and where it lives in a tensor.
 struct QueryRow {
     int batch, head, position;
     __device__ static QueryRow of(int64_t row, const BwdParams& p) {
-        const int position = int(row % p.seqlen_q);
-        const int64_t bh = row / p.seqlen_q;
-        return {int(bh / p.heads_q), int(bh % p.heads_q), position};
+        const int head_rows = Workspace::head_rows(p);
+        const int64_t bh = row / head_rows;
+        return {int(bh / p.heads_q), int(bh % p.heads_q), int(row % head_rows)};
     }
     __device__ int64_t offset(const TensorStrides& s) const { return batch * s.batch + head * s.head + position * s.row; }
+    // In the LSE's [batch, heads_q, seqlen_q] (position < seqlen_q).
+    __device__ int64_t lse_index(const BwdParams& p) const { return (int64_t(batch) * p.heads_q + head) * p.seqlen_q + position; }
 };
 
 template <class Config>
@@ -53,11 +59,13 @@ __global__ void preprocess_kernel(const BwdParams p) {
     const Workspace ws = Workspace::of(p);
     const bool inside = row < Workspace::rows(p);
     float sum = 0.f;
+    bool valid = false;  // a row of the sequence
     if (inside) {
         const QueryRow r = QueryRow::of(row, p);
         float4* accum = reinterpret_cast<float4*>(ws.dq_accum + row * Config::head_dim + column);
         accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r.position < sequence_length(p.seqlens_q, nullptr, r.batch, p.seqlen_q)) {
+        valid = r.position < sequence_length(p.seqlens_q, nullptr, r.batch, p.seqlen_q);
+        if (valid) {
             float o[8], d_o[8];
             unpack8<Numeric>(static_cast<const uint16_t*>(p.o) + r.offset(p.o_strides) + column, o);
             unpack8<Numeric>(static_cast<const uint16_t*>(p.d_o) + r.offset(p.d_o_strides) + column, d_o);
@@ -68,8 +76,10 @@ __global__ void preprocess_kernel(const BwdParams p) {
 #pragma unroll
     for (int width = kLanes / 2; width > 0; width /= 2) sum += __shfl_xor(sum, width, kLanes);
     if (inside && column == 0) {
-        ws.d[row] = sum - (p.d_lse ? p.d_lse[row] : 0.f);
-        ws.lse_log2[row] = p.lse[row] == -INFINITY ? INFINITY : p.lse[row] * kLog2e;
+        const int64_t at = valid ? QueryRow::of(row, p).lse_index(p) : 0;
+        const float lse = valid ? p.lse[at] : -INFINITY;
+        ws.d[row] = valid ? sum - (p.d_lse ? p.d_lse[at] : 0.f) : 0.f;
+        ws.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * kLog2e;
     }
 }
 
@@ -85,6 +95,7 @@ __global__ void convert_kernel(const BwdParams p) {
     const float4 lo = accum[0], hi = accum[1];
     const float values[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     const QueryRow r = QueryRow::of(row, p);
+    if (r.position >= p.seqlen_q) return;  // the tile's padding
     *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.dq) + r.offset(p.dq_strides) + column) =
         pack8<Numeric>(values, p.scale);
 }

@@ -85,6 +85,14 @@ __device__ inline void tma_load_4d(uint32_t destination, const CUtensorMap* map,
         : "memory");
 }
 
+// `bytes` (a multiple of 16) from global to shared memory, both addresses 16-byte aligned,
+// completing on a barrier like tma_load_4d.
+__device__ inline void bulk_load(uint32_t destination, const void* source, uint32_t bytes, uint32_t barrier) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(destination),
+                 "l"(source), "r"(bytes), "r"(barrier)
+                 : "memory");
+}
+
 // One box from shared memory into the tensor (rows outside it are not written), in a bulk
 // group of the issuing thread: make the box's shared-memory writes visible to TMA first
 // (fence_async_shared, then a barrier), commit after issuing, and wait for the group to have
@@ -93,6 +101,14 @@ __device__ inline void tma_store_4d(const CUtensorMap* map, const void* source, 
     asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
                      reinterpret_cast<uint64_t>(map)),
                  "r"(shared_address(source)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+// Adds a box from shared memory into a 2-D fp32 tensor (element-wise, atomically per element),
+// in a bulk group of the issuing thread, as tma_store_4d.
+__device__ inline void tma_reduce_add_2d(const CUtensorMap* map, uint32_t source, int c0, int c1) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(source), "r"(c0), "r"(c1)
                  : "memory");
 }
 // 16 bytes to the shared-memory address `shared` (a thread's copy into a tile TMA would fill).

@@ -50,5 +50,20 @@ inline bool encode_tensor_map(CUtensorMap* map, bool bf16, const void* base, con
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// A map of the fp32 matrix at `base`, `rows` rows of `columns` contiguous elements, in boxes of
+// {32 columns, box_rows rows} with 128-byte swizzling: the backward's dQ accumulator, which
+// tma_reduce_add_2d adds tiles into.
+inline bool encode_fp32_rows_map(CUtensorMap* map, void* base, int64_t rows, int columns, int box_rows) {
+    const EncodeTiled encode = encode_tiled();
+    if (!encode) return false;
+    const cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
+    const cuuint64_t byte_strides[1] = {cuuint64_t(columns) * 4};
+    const cuuint32_t box[2] = {32, cuuint32_t(box_rows)};
+    const cuuint32_t element_strides[2] = {1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, byte_strides, box, element_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace hopper
 }  // namespace fmha
