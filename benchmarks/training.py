@@ -6,7 +6,7 @@ forward + backward = 3.5x forward), median of alternating rounds, and the peak a
 beyond the inputs over the size of q, k and v. --dropout P: every call with dropout_p = P, and
 SDPA's memory-efficient backend beside the others (cuDNN's may decline dropout).
 
-    python3 benchmarks/training.py [--rounds N] [--runs N] [--cases NAME...] [--dropout P]
+    python3 benchmarks/training.py [--rounds N] [--runs N] [--cases NAME... | --sweep] [--dropout P]
 """
 import argparse
 import statistics
@@ -23,6 +23,13 @@ CASES = {
     "b4_s2k_h16_d128_causal": (4, 2048, 16, 16, 128, True),
     "b2_s4k_h16_d64_causal": (2, 4096, 16, 16, 64, True),
     "b1_s8k_h32_8_d128_causal": (1, 8192, 32, 8, 128, True),
+    "b1_s16k_h16_d128_causal": (1, 16384, 16, 16, 128, True),
+    "b2_s4k_h8_d256_causal": (2, 4096, 8, 8, 256, True),
+}
+# FlashAttention-3's sweep (batch x seqlen = 16k, heads x head_dim = 2048), as benchmarks/shapes.py.
+SWEEP = {
+    f"fa3_d{d}_s{s // 1024}k{'_causal' if causal else ''}": (16384 // s, s, 2048 // d, 2048 // d, d, causal)
+    for d in (64, 128) for s in (1024, 4096, 16384) for causal in (False, True)
 }
 
 
@@ -30,7 +37,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--cases", nargs="+", default=list(CASES))
+    parser.add_argument("--cases", nargs="+", default=list(CASES), help=f"of {', '.join(list(CASES) + list(SWEEP))}")
+    parser.add_argument("--sweep", action="store_true", help="FlashAttention-3's sweep instead of the issue's cases")
     parser.add_argument("--dropout", type=float, default=0.0)
     args = parser.parse_args()
     p = args.dropout
@@ -44,8 +52,9 @@ def main():
     print("| case | fmha | FA2 (SDPA flash) | SDPA efficient | cuDNN | fmha / cuDNN | fmha memory | cuDNN memory | "
           "bwd kernel |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name in args.cases:
-        batch, seqlen, heads, heads_kv, head_dim, causal = CASES[name]
+    cases = dict(CASES, **SWEEP)
+    for name in list(SWEEP) if args.sweep else args.cases:
+        batch, seqlen, heads, heads_kv, head_dim, causal = cases[name]
         torch.manual_seed(0)
         q = torch.randn(batch, seqlen, heads, head_dim, dtype=torch.bfloat16, device="cuda", requires_grad=True)
         k, v = (torch.randn(batch, seqlen, heads_kv, head_dim, dtype=torch.bfloat16, device="cuda",

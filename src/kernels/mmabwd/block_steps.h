@@ -56,6 +56,11 @@ struct BlockSteps {
         const int head = first_head + s / max(head_steps, 1);
         return {head, q_first + s % max(head_steps, 1) * kQueries, (int64_t(batch) * p.heads_q + head) * Workspace::head_rows(p)};
     }
+    // The step after `st` (at(s + 1) without the division).
+    __device__ Step next(const Step& st, const BwdParams& p) const {
+        if (st.q0 + kQueries < q_first + head_steps * kQueries) return {st.head, st.q0 + kQueries, st.rows};
+        return {st.head + 1, q_first, st.rows + Workspace::head_rows(p)};
+    }
 };
 
 // Starts copying rows [row0, row0 + kRows) of a [rows, kHeadDim] tensor into shared memory,

@@ -151,9 +151,9 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     }
     // The warpgroup's 64 rows of the K and V tiles (A operands, K-major).
     const int own_rows = wgmma::kRows * warpgroup * wgmma::kRowBytes;
-    for (int step = 0; step < walk.steps; ++step) {
+    auto st = walk.at(0, p);
+    for (int step = 0; step < walk.steps; ++step, st = walk.next(st, p)) {
         const int stage = step % T::kStages;
-        const auto st = walk.at(step, p);
         hopper::barrier_wait(&landed[stage], (step / T::kStages) % 2);
         const int q_tile = T::kQOffset + stage * T::kRowsBytes, do_tile = T::kDoOffset + stage * T::kRowsBytes;
         if (st.q0 + T::kQueries > len_q && len_q < p.seqlen_q) {
@@ -221,19 +221,28 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         hopper::pin_registers(dp);
         // P_d^T and dS^T as the A operands of dV and dK: columns 16k .. 16k + 15 are step k.
         uint32_t a_p[kQuerySteps][4], a_ds[kQuerySteps][4];
+        const auto operands = [&](auto dropped) {  // (without dropout: no multiplies by 1)
 #pragma unroll
-        for (int e = 0; e < kScores; e += 2) {
-            const int row = 8 * (e / 4) + 2 * t;
-            float pd[2], ds[2];
+            for (int e = 0; e < kScores; e += 2) {
+                const int row = 8 * (e / 4) + 2 * t;
+                float pd[2], ds[2];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const float keep = (kept >> (e + i)) & 1u ? keep_scale : 0.f;  // Z / (1 - p)
-                pd[i] = s[e + i] * keep;
-                ds[i] = s[e + i] * (dp[e + i] * keep - s_d[row + i]);
+                for (int i = 0; i < 2; ++i) {
+                    if constexpr (decltype(dropped)::value) {
+                        const float keep = (kept >> (e + i)) & 1u ? keep_scale : 0.f;  // Z / (1 - p)
+                        pd[i] = s[e + i] * keep;
+                        ds[i] = s[e + i] * (dp[e + i] * keep - s_d[row + i]);
+                    } else {
+                        pd[i] = s[e + i];
+                        ds[i] = s[e + i] * (dp[e + i] - s_d[row + i]);
+                    }
+                }
+                a_p[e / 8][e % 8 / 2] = hopper::pack_pair<kDType>(pd[0], pd[1]);
+                a_ds[e / 8][e % 8 / 2] = hopper::pack_pair<kDType>(ds[0], ds[1]);
             }
-            a_p[e / 8][e % 8 / 2] = hopper::pack_pair<kDType>(pd[0], pd[1]);
-            a_ds[e / 8][e % 8 / 2] = hopper::pack_pair<kDType>(ds[0], ds[1]);
-        }
+        };
+        if (dropping) operands(std::true_type{});
+        else operands(std::false_type{});
         {
             const wgmma::Descriptor d_o = wgmma::n_major_operand(at(do_tile), T::kQueries);
             const wgmma::Descriptor q = wgmma::n_major_operand(at(q_tile), T::kQueries);
@@ -248,19 +257,15 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                 wgmma_rs<T::kHeadDim, kDType, true>(dk, a_ds[kk], q.step(wgmma::n_major_step(kk)), 1);
             hopper::wgmma_commit();
         }
-        // dS^T to shared memory, [key][query] (register i of a step: key g + 8 (i % 2), queries
-        // 16k + 8 (i / 2) + 2t and the next).
-        // (The row from a value the compiler cannot see through: else it keeps all 16 addresses
-        // in registers across the loop.)
+        // dS^T to shared memory, [key][query]: step k's registers are four 8x8 matrices, keys
+        // g and g + 8 by queries 16k .. 16k + 7 and 16k + 8 .. 16k + 15; lane l gives row l % 8
+        // of matrix l / 8. (The row from a value the compiler cannot see through: else it keeps
+        // every address in registers across the loop.)
         const int ds_buffer = T::kDsOffset + step % T::kDsBuffers * T::kDsBytes;
-        uint8_t* const ds_tile = shared + ds_buffer;
-        const int ds_row = hopper::opaque(warp_keys - key0 + g);
+        const int ds_row = hopper::opaque(warp_keys - key0 + lane % 8 + 8 * (lane / 8 % 2));
 #pragma unroll
         for (int kk = 0; kk < kQuerySteps; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                *reinterpret_cast<uint32_t*>(ds_tile + wgmma::swizzled_offset(T::kKeys, ds_row + 8 * (i % 2),
-                                                                              16 * kk + 8 * (i / 2) + 2 * t)) = a_ds[kk][i];
+            hopper::store_matrix_x4(base + ds_buffer + wgmma::swizzled_offset(T::kKeys, ds_row, 16 * kk + 8 * (lane / 16)), a_ds[kk]);
         hopper::fence_async_shared();
         if (threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait_read();  // step - 1's dQ add has read its rows
         __syncthreads();  // both warpgroups' dS^T are in place, and step - 1 is done everywhere:

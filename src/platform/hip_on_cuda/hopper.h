@@ -103,6 +103,14 @@ __device__ inline void tma_store_4d(const CUtensorMap* map, const void* source, 
                  "r"(shared_address(source)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
+// Four 8x8 matrices of 16-bit elements from registers to shared memory (stmatrix): register j
+// holds a thread's pair of matrix j in the mma.sync C-fragment layout (row lane / 4, columns
+// 2 (lane % 4) and the next); lane l gives the address of row l % 8 of matrix l / 8.
+__device__ inline void store_matrix_x4(uint32_t address, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
 // Adds a box from shared memory into a 2-D fp32 tensor (element-wise, atomically per element),
 // in a bulk group of the issuing thread, as tma_store_4d.
 __device__ inline void tma_reduce_add_2d(const CUtensorMap* map, uint32_t source, int c0, int c1) {
