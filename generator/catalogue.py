@@ -77,11 +77,11 @@ FAMILIES = {
                "tiled on the matrix cores (Hopper: wgmma fed by TMA, warp-specialised; CDNA: MFMA, "
                "K/V through LDS), for many query rows per KV head", matrix_cores=("wgmma", "mfma"),
                serves_smaller_head_dims=True, serves_element_rows=True),
-        # The backward's first family: FlashAttention-2's loop on mma.sync (NVIDIA). Its place for
-        # CDNA is the same loop on MFMA (src/kernels/mmabwd/README.md); until then AMD has none.
+        # The backward: FlashAttention-2's order on wgmma (Hopper; mma.sync elsewhere). Its place
+        # for CDNA is the same loop on MFMA (docs/design.md); until then AMD has none.
         Family("mmabwd", 64, 128,
-               "backward on the matrix cores (mma.sync): a block owns a key tile, walks the query "
-               "tiles that see it, keeps dK and dV in registers and adds dQ into an fp32 workspace",
+               "backward on the matrix cores (Hopper: wgmma fed by TMA): a block owns a key tile, walks "
+               "the query tiles that see it, keeps dK and dV in registers and adds dQ into an fp32 workspace",
                matrix_cores=("wgmma", "mma_sync"), direction="bwd", heads_kinds=("gqa",)),
     )
 }
