@@ -79,7 +79,7 @@ FAMILIES = {
                serves_smaller_head_dims=True, serves_element_rows=True),
         # The backward: FlashAttention-2's order on wgmma (Hopper; mma.sync elsewhere). Its place
         # for CDNA is the same loop on MFMA (docs/design.md); until then AMD has none.
-        Family("mmabwd", 64, 128,
+        Family("mmabwd", 64, 256,
                "backward on the matrix cores (Hopper: wgmma fed by TMA): a block owns a key tile, walks "
                "the query tiles that see it, keeps dK and dV in registers and adds dQ into an fp32 workspace",
                matrix_cores=("wgmma", "mma_sync"), direction="bwd", heads_kinds=("gqa",)),

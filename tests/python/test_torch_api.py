@@ -790,6 +790,8 @@ def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, see
     (2, 97, 200, 6, 1, 128, True),     # MQA
     (1, 250, 77, 4, 2, 128, False),    # more queries than keys
     (3, 64, 64, 2, 2, 128, True),
+    (2, 77, 150, 4, 2, 256, True),     # d256: the warpgroups split dK's and dV's columns
+    (1, 130, 65, 2, 2, 256, False),
 ])
 def test_torch_backward_kernel_matches_fp64(dtype, batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal):
     torch.manual_seed(31)

@@ -39,11 +39,17 @@ struct WgmmaTiles {
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kWarpgroups = 2;
     static constexpr int kThreads = kWarpgroups * wgmma::kThreads;
-    static constexpr int kKeys = kWarpgroups * wgmma::kRows;
+    // Past head_dim 128, dK and dV of 64 keys would take 256 registers a thread: both warpgroups
+    // then take the same 64 keys (each computing the step's S^T and dP^T) and split dK's and
+    // dV's columns, and dQ goes by atomics (its staging tile no longer fits beside the stages).
+    static constexpr bool kSplitColumns = kHeadDim > 128;
+    static constexpr int kKeys = kSplitColumns ? wgmma::kRows : kWarpgroups * wgmma::kRows;
+    static constexpr int kColumns = kSplitColumns ? kHeadDim / kWarpgroups : kHeadDim;  // of dK and dV a warpgroup holds
+    static constexpr bool kDqByTma = !kSplitColumns;
     // Query rows per step: the N of S^T = K Q^T; S^T and dP^T take kQueries / 2 registers a
     // thread each beside dK and dV (head_dim / 2 each).
     static constexpr int kQueries = 64;
-    static constexpr int kStages = 3;
+    static constexpr int kStages = kSplitColumns ? 2 : 3;
     static constexpr int kDsBuffers = 2;
     static constexpr int kDqColumns = kHeadDim / kWarpgroups;  // a warpgroup's share of dQ
 
@@ -60,14 +66,14 @@ struct WgmmaTiles {
     static constexpr int kDqBoxColumns = 32;                              // of 128-byte swizzled rows
     static constexpr int kDqBoxBytes = kQueries * kDqBoxColumns * 4;
     static constexpr int kStatsBytes = kQueries * 4;                           // a stage's LSE or D, fp32
-    static constexpr int kLseOffset = kDqOffset + kQueries * kHeadDim * 4;     // [kStages]
+    static constexpr int kLseOffset = kDqOffset + (kDqByTma ? kQueries * kHeadDim * 4 : 0);  // [kStages]
     static constexpr int kDOffset = kLseOffset + kStages * kStatsBytes;        // [kStages]
     static constexpr int kBarrierOffset = kDOffset + kStages * kStatsBytes;    // [kStages]: the stage landed
     static constexpr int kSharedBytes = kBarrierOffset + kStages * 8 + kAlignment;
 
     static_assert((kKOffset | kVOffset | kQOffset | kDoOffset | kDsOffset | kDqOffset) % kAlignment == 0,
                   "swizzled tiles start at 1024-byte boundaries (the swizzle follows address bits)");
-    static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "generator/catalogue.py: mmabwd's head dims");
+    static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "generator/catalogue.py: mmabwd's head dims");
     static_assert(kSharedBytes <= shared_bytes(Config::arch), "the arch's shared memory per block");
 };
 
@@ -101,7 +107,9 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const KeyTile tile = KeyTile::of(blockIdx.x, p);
     const int key0 = tile.index * T::kKeys, head_kv = tile.head_kv, batch = tile.batch;
-    const int warp_keys = key0 + wgmma::kRows * warpgroup + 16 * warp;  // the warp's 16 accumulator rows
+    const int own_keys = T::kSplitColumns ? 0 : wgmma::kRows * warpgroup;  // the warpgroup's first key of the tile
+    const int warp_keys = key0 + own_keys + 16 * warp;                      // the warp's 16 accumulator rows
+    const int kv0 = T::kSplitColumns ? T::kColumns * warpgroup : 0;         // its first column of dK and dV
     const int len_q = sequence_length(p.seqlens_q, nullptr, batch, p.seqlen_q);
     const int len_kv = sequence_length(p.seqlens_kv, nullptr, batch, p.seqlen_kv);
     const KeyMask<kMasked> mask = KeyMask<kMasked>::of(len_q, len_kv, p.window);
@@ -110,7 +118,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
     const float keep_scale = dropping ? dropout.keep_scale : 1.f;
 
-    float dk[T::kHeadDim / 2] = {}, dv[T::kHeadDim / 2] = {};
+    float dk[T::kColumns / 2] = {}, dv[T::kColumns / 2] = {};
     const Workspace ws = Workspace::of(p);
     const auto walk = BlockSteps<T::kQueries>::of(p, mask, key0, T::kKeys, head_kv, batch, len_q);
     // Where row r, column c of a swizzled tile of `rows` rows goes.
@@ -150,7 +158,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         __syncthreads();               // ... and the barriers initialised
     }
     // The warpgroup's 64 rows of the K and V tiles (A operands, K-major).
-    const int own_rows = wgmma::kRows * warpgroup * wgmma::kRowBytes;
+    const int own_rows = own_keys * wgmma::kRowBytes;
     auto st = walk.at(0, p);
     for (int step = 0; step < walk.steps; ++step, st = walk.next(st, p)) {
         const int stage = step % T::kStages;
@@ -244,17 +252,18 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         if (dropping) operands(std::true_type{});
         else operands(std::false_type{});
         {
-            const wgmma::Descriptor d_o = wgmma::n_major_operand(at(do_tile), T::kQueries);
-            const wgmma::Descriptor q = wgmma::n_major_operand(at(q_tile), T::kQueries);
+            const int columns = wgmma::swizzled_offset(T::kQueries, 0, kv0);
+            const wgmma::Descriptor d_o = wgmma::n_major_operand(at(do_tile + columns), T::kQueries);
+            const wgmma::Descriptor q = wgmma::n_major_operand(at(q_tile + columns), T::kQueries);
             hopper::pin_registers(dv);
             hopper::pin_registers(dk);
             hopper::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < kQuerySteps; ++kk)
-                wgmma_rs<T::kHeadDim, kDType, true>(dv, a_p[kk], d_o.step(wgmma::n_major_step(kk)), 1);
+                wgmma_rs<T::kColumns, kDType, true>(dv, a_p[kk], d_o.step(wgmma::n_major_step(kk)), 1);
 #pragma unroll
             for (int kk = 0; kk < kQuerySteps; ++kk)
-                wgmma_rs<T::kHeadDim, kDType, true>(dk, a_ds[kk], q.step(wgmma::n_major_step(kk)), 1);
+                wgmma_rs<T::kColumns, kDType, true>(dk, a_ds[kk], q.step(wgmma::n_major_step(kk)), 1);
             hopper::wgmma_commit();
         }
         // dS^T to shared memory, [key][query]: step k's registers are four 8x8 matrices, keys
@@ -263,11 +272,21 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         // every address in registers across the loop.)
         const int ds_buffer = T::kDsOffset + step % T::kDsBuffers * T::kDsBytes;
         const int ds_row = hopper::opaque(warp_keys - key0 + lane % 8 + 8 * (lane / 8 % 2));
+        if (!T::kSplitColumns || warp / 2 == warpgroup)  // split columns: both hold every key's row; each stores half
 #pragma unroll
-        for (int kk = 0; kk < kQuerySteps; ++kk)
-            hopper::store_matrix_x4(base + ds_buffer + wgmma::swizzled_offset(T::kKeys, ds_row, 16 * kk + 8 * (lane / 16)), a_ds[kk]);
+            for (int kk = 0; kk < kQuerySteps; ++kk)
+                hopper::store_matrix_x4(base + ds_buffer + wgmma::swizzled_offset(T::kKeys, ds_row, 16 * kk + 8 * (lane / 16)),
+                                        a_ds[kk]);
+        if constexpr (T::kSplitColumns) {  // dQ's 64 accumulators a thread take the registers of dV's and dK's operands
+            hopper::wgmma_wait<0>();
+#pragma unroll
+            for (int kk = 0; kk < kQuerySteps; ++kk) {
+                hopper::pin_registers(a_p[kk]);
+                hopper::pin_registers(a_ds[kk]);
+            }
+        }
         hopper::fence_async_shared();
-        if (threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait_read();  // step - 1's dQ add has read its rows
+        if (T::kDqByTma && threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait_read();  // step - 1's dQ add read its rows
         __syncthreads();  // both warpgroups' dS^T are in place, and step - 1 is done everywhere:
         if (threadIdx.x == 0 && step + T::kStages - 1 < walk.steps) load_stage(step + T::kStages - 1);  // its stage is free
 
@@ -295,31 +314,43 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
             hopper::wgmma_wait<0>();
             hopper::pin_registers(dq);
         }
-        // The warpgroup's columns of dQ into shared memory (its boxes: row r's 16-byte chunk c at
-        // chunk c ^ (r % 8), as TMA reads them), then one thread adds them into the workspace.
-        // Rows past the sequence add zeros: their dS rows are zero.
+        if constexpr (T::kDqByTma) {
+            // The warpgroup's columns of dQ into shared memory (its boxes: row r's 16-byte chunk c
+            // at chunk c ^ (r % 8), as TMA reads them), then one thread adds them into the
+            // workspace. Rows past the sequence add zeros: their dS rows are zero.
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {  // the thread's rows 16w + g and 16w + g + 8
-            const int row = 16 * warp + g + 8 * half;
+            for (int half = 0; half < 2; ++half) {  // the thread's rows 16w + g and 16w + g + 8
+                const int row = 16 * warp + g + 8 * half;
 #pragma unroll
-            for (int n = 0; n < T::kDqColumns / 8; ++n) {
-                const int column = c0 + 8 * n + 2 * t, box = column / T::kDqBoxColumns, chunk = column % T::kDqBoxColumns / 4;
-                *reinterpret_cast<float2*>(shared + T::kDqOffset + box * T::kDqBoxBytes + row * wgmma::kRowBytes +
-                                           (chunk ^ (row % 8)) * 16 + column % 4 * 4) =
-                    make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]);
+                for (int n = 0; n < T::kDqColumns / 8; ++n) {
+                    const int column = c0 + 8 * n + 2 * t, box = column / T::kDqBoxColumns, chunk = column % T::kDqBoxColumns / 4;
+                    *reinterpret_cast<float2*>(shared + T::kDqOffset + box * T::kDqBoxBytes + row * wgmma::kRowBytes +
+                                               (chunk ^ (row % 8)) * 16 + column % 4 * 4) =
+                        make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]);
+                }
+            }
+            hopper::fence_async_shared();
+            hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
+            if (threadIdx.x % wgmma::kThreads == 0) {
+#pragma unroll
+                for (int box = c0 / T::kDqBoxColumns; box < (c0 + T::kDqColumns) / T::kDqBoxColumns; ++box)
+                    hopper::tma_reduce_add_2d(&maps.dq_accum, base + T::kDqOffset + box * T::kDqBoxBytes,
+                                              box * T::kDqBoxColumns, int(st.rows + st.q0));
+                hopper::bulk_commit();
+            }
+        } else {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int row = st.q0 + 16 * warp + g + 8 * half;
+                if (row >= len_q) continue;
+                float* const accum = ws.dq_accum + (st.rows + row) * T::kHeadDim + c0 + 2 * t;
+#pragma unroll
+                for (int n = 0; n < T::kDqColumns / 8; ++n)
+                    atomicAdd(reinterpret_cast<float2*>(accum + 8 * n), make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]));
             }
         }
-        hopper::fence_async_shared();
-        hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
-        if (threadIdx.x % wgmma::kThreads == 0) {
-#pragma unroll
-            for (int box = c0 / T::kDqBoxColumns; box < (c0 + T::kDqColumns) / T::kDqBoxColumns; ++box)
-                hopper::tma_reduce_add_2d(&maps.dq_accum, base + T::kDqOffset + box * T::kDqBoxBytes, box * T::kDqBoxColumns,
-                                          int(st.rows + st.q0));
-            hopper::bulk_commit();
-        }
     }
-    if (threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait();  // (the adds read shared memory)
+    if (T::kDqByTma && threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait();  // (the adds read shared memory)
 
     // Rows past the sequence's keys (inside seqlen_kv) get the zeros they hold.
     uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + batch * p.dk_strides.batch + head_kv * p.dk_strides.head;
@@ -328,10 +359,10 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     for (int half = 0; half < 2; ++half) {
         const int row = warp_keys + g + 8 * half;
         if (row >= p.seqlen_kv) continue;
-        uint16_t* const dk_row = dk_out + row * p.dk_strides.row + 2 * t;
-        uint16_t* const dv_row = dv_out + row * p.dv_strides.row + 2 * t;
+        uint16_t* const dk_row = dk_out + row * p.dk_strides.row + kv0 + 2 * t;
+        uint16_t* const dv_row = dv_out + row * p.dv_strides.row + kv0 + 2 * t;
 #pragma unroll
-        for (int n = 0; n < T::kHeadDim / 8; ++n) {
+        for (int n = 0; n < T::kColumns / 8; ++n) {
             const int e = 4 * n + 2 * half;
             *reinterpret_cast<uint32_t*>(dk_row + 8 * n) = pack2<Numeric>(dk[e] * p.scale, dk[e + 1] * p.scale);
             *reinterpret_cast<uint32_t*>(dv_row + 8 * n) = pack2<Numeric>(dv[e], dv[e + 1]);
