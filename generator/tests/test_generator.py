@@ -31,14 +31,14 @@ def offered_pairs():
 
 
 def default_backward_kernels():
-    """mmabwd: fp16/bf16 x d64/d128 x gqa (every group size) x both masks, on archs with mma.sync."""
-    return 2 * 2 * 1 * 2 * sum(offered("mmabwd", arch) for arch in ARCHS)
+    """mmabwd: fp16/bf16 x d64/d128/d256 x gqa (every group size) x both masks, on archs with wgmma."""
+    return 2 * 3 * 1 * 2 * sum(offered("mmabwd", arch) for arch in ARCHS)
 
 
 def test_default_catalogue_is_the_product_of_what_each_family_runs_on():
     configs = default_configs()
     assert len(configs) == 2 * 3 * 3 * 2 * offered_pairs() + default_backward_kernels()
-    assert default_backward_kernels() == 8  # sm90 only: no MFMA backward yet
+    assert default_backward_kernels() == 12  # sm90 only: no MFMA backward yet
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "gfx1100", "sm90"}
 
@@ -168,14 +168,14 @@ def test_a_head_dim_some_family_builds_is_skipped_by_the_others():
     selection = select(dict(DEFAULT_AXES, head_dim=(64, 72), arch=("sm90",)))
     assert {c.family for c in selection.configs if c.head_dim == 72} == {"prefill", "decode"}
     assert {c.family for c in selection.configs if c.head_dim == 64} == {"prefill", "decode", "mmaprefill", "mmabwd"}
-    assert selection.skip_notes() == ["mmabwd skips head_dim 72 (needs a multiple of 64 up to 128)",
+    assert selection.skip_notes() == ["mmabwd skips head_dim 72 (needs a multiple of 64 up to 256)",
                                       "mmabwd skips heads mha, mqa (builds gqa only, which runs every group size)",
                                       "mmaprefill skips head_dim 72 (needs a multiple of 16 up to 256)"]
 
 
 @pytest.mark.parametrize("axes, message", [
     (dict(head_dim=(64, 100)), "head_dim 100: no family offers it (decode: needs a multiple of 8 up to 256; "
-                               "mmabwd: needs a multiple of 64 up to 128; mmaprefill: needs a multiple of 16 up to 256; prefill: needs a multiple of 8"),
+                               "mmabwd: needs a multiple of 64 up to 256; mmaprefill: needs a multiple of 16 up to 256; prefill: needs a multiple of 8"),
     (dict(family=("mmaprefill",), head_dim=(64, 72)), "head_dim 72: no family offers it (mmaprefill: "),
     (dict(family=("mmaprefill",), arch=("gfx1100", "sm90")),
      "arch gfx1100: no family offers it (mmaprefill: needs matrix core wgmma or mfma; no main loop for wmma yet)"),
