@@ -25,6 +25,7 @@ CASES = {
     "b1_s8k_h32_8_d128_causal": (1, 8192, 32, 8, 128, True),
     "b1_s16k_h16_d128_causal": (1, 16384, 16, 16, 128, True),
     "b2_s4k_h8_d256_causal": (2, 4096, 8, 8, 256, True),
+    "b1_s32k_h16_d128_causal": (1, 32768, 16, 16, 128, True),  # the issue's "s32k causal d128 trains"
 }
 # FlashAttention-3's sweep (batch x seqlen = 16k, heads x head_dim = 2048), as benchmarks/shapes.py.
 SWEEP = {
