@@ -93,6 +93,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     constexpr bool kMasked = Config::mask == Mask::causal;
     constexpr int kScores = T::kQueries / 2;          // a thread's elements of S^T, of dP^T
     constexpr int kQuerySteps = T::kQueries / wgmma::kK;  // k steps of dV += P^T dO
+    constexpr bool kOverlappedDropout = T::kColumns <= 64;  // see keep_bits below
 
     // Aligned by an offset from the shared array (not through an integer), so that the compiler
     // still knows accesses through it as shared-memory ones.
@@ -179,16 +180,17 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         }
         const float* const s_lse = reinterpret_cast<const float*>(shared + T::kLseOffset + stage * T::kStatsBytes);
         const float* const s_d = reinterpret_cast<const float*>(shared + T::kDOffset + stage * T::kStatsBytes);
-        // Dropout's keep bits (block_steps.h), bit e for accumulator element e; before the
-        // accumulators below take their registers.
+        // Dropout's keep bits (block_steps.h), bit e for accumulator element e: while the step's
+        // first wgmmas run where registers allow it (d64), else before they take their registers.
         uint32_t kept = ~0u;
-        if (dropping) {
+        const auto keep_bits = [&] {
             kept = 0;
-#pragma unroll 1
+#pragma unroll(kOverlappedDropout ? kScores / 4 : 1)
             for (int n = 0; n < kScores / 4; ++n)
                 kept |= transposed_keep_bits(dropout, int64_t(batch) * p.heads_q + st.head, st.q0 + 8 * n, warp_keys, lane)
                         << (4 * n);
-        }
+        };
+        if (!kOverlappedDropout && dropping) keep_bits();
 
         // S^T = K Q^T and dP^T = V dO^T: accumulator element e is key warp_keys + g + 8 (e / 2 % 2),
         // query row 8 (e / 4) + 2t + e % 2 of the step (mma/wgmma.h).
@@ -211,6 +213,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                                                      d_o.step(wgmma::k_major_step(T::kQueries, kk)), kk > 0);
             hopper::wgmma_commit();
         }
+        if (kOverlappedDropout && dropping) keep_bits();
         hopper::wgmma_wait<1>();  // S^T is done; dP^T may still run
         hopper::pin_registers(s);
         // P^T in place of S^T; the mask is tested only where the step's rows and the block's keys
