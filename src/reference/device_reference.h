@@ -5,6 +5,7 @@
 
 #include <hip/hip_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -40,6 +41,10 @@ struct Tolerance {
     float rel_l2;       // whole tensor: ||out - ref|| / ||ref||
 };
 Tolerance default_tolerance(DType dtype);
+
+// ||out - ref|| / ||ref|| from the squared sums. An all-zero reference has no relative error:
+// the per-element tolerance (atol there) decides, so rounding noise around zero passes.
+inline double relative_l2(double err_sq, double ref_sq) { return ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : 0.0; }
 
 struct CompareResult {
     int64_t checked = 0;       // elements compared (rows inside their sequence)

@@ -389,8 +389,7 @@ hipError_t compare_with_reference(const FwdParams& params, DType dtype, const fl
         result->checked = 0;
         for (int len : lengths) result->checked += int64_t(len) * params.heads_q * params.head_dim;
     }
-    result->rel_l2 = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : (err_sq > 0 ? INFINITY : 0.0);
-    if (result->nan_count > 0) result->rel_l2 = NAN;
+    result->rel_l2 = result->nan_count > 0 ? NAN : relative_l2(err_sq, ref_sq);
     return hipSuccess;
 }
 
@@ -430,7 +429,7 @@ hipError_t compare_lse_with_reference(const FwdParams& params, const float* refe
         err_sq += double(diff) * diff;
         ref_sq += double(expected) * expected;
     }
-    result->rel_l2 = result->nan_count > 0 ? NAN : ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : (err_sq > 0 ? INFINITY : 0.0);
+    result->rel_l2 = result->nan_count > 0 ? NAN : relative_l2(err_sq, ref_sq);
     return hipSuccess;
 }
 
