@@ -59,6 +59,14 @@ def dropout(p):
     return float(p)
 
 
+def deterministic(value):
+    """FlashAttention's deterministic backward is not offered yet: the backward kernels add dQ's
+    partial sums in an order that varies between runs. False is taken, True refused."""
+    if value:
+        raise ValueError("deterministic=True is not supported: fmha's backward adds dQ's partial sums in an order "
+                         "that varies between runs; pass deterministic=False")
+
+
 def window(window_size, causal):
     """FlashAttention's (left, right) window, -1 for unbounded, with causal as right = 0: query i
     of a sequence sees key j iff i + len_kv - len_q - left <= j <= i + len_kv - len_q + right."""

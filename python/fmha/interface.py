@@ -7,7 +7,7 @@ from ._ops import attention
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, return_lse=False, *, strict=None):
+                    alibi_slopes=None, return_lse=False, *, deterministic=False, strict=None):
     """Attention of q [batch, seqlen_q, heads, head_dim] over k, v [batch, seqlen_kv, heads_kv,
     head_dim]; heads a multiple of heads_kv. Returns out like q, and with return_lse also each
     row's log-sum-exp, fp32 [batch, heads, seqlen_q].
@@ -17,9 +17,12 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     softcap > 0: scores s = softcap * tanh(s / softcap) after the scale. alibi_slopes: fp32
     [heads] or [batch, heads]; adds -slope * |i + seqlen_kv - seqlen_q - j| after the softcap
     (FlashAttention's order). strict: raise fmha.UnsupportedError instead of falling back to
-    PyTorch's attention (default: the FMHA_STRICT environment variable). Views whose last
-    dimension is contiguous are read in place.
+    PyTorch's attention (default: the FMHA_STRICT environment variable). deterministic: as
+    FlashAttention's, but only False is taken (fmha's backward adds dQ in a varying order).
+    Views whose last dimension is contiguous are read in place.
     """
+    if deterministic:
+        _checks.deterministic(deterministic)
     key, result = _fastpath.run("flash_attn_func", (q, k, v, alibi_slopes),
                                 (dropout_p, softmax_scale, causal, softcap, window_size), None, return_lse, alibi_slopes)
     if result is None:
@@ -74,11 +77,12 @@ def _paged_capacity(k_cache, block_table):
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           return_lse=False, *, block_table=None, strict=None):
+                           return_lse=False, *, block_table=None, deterministic=False, strict=None):
     """Attention over packed sequences: q [total_q, heads, head_dim], k, v [total_k, heads_kv,
     head_dim]; sequence b holds tokens cu_seqlens[b] to cu_seqlens[b + 1] (int32 [batch + 1]).
-    Returns out like q, and with return_lse the LSE, fp32 [heads, total_q]. softcap and
-    alibi_slopes as in flash_attn_func ([batch, heads] slopes: one row per sequence).
+    Returns out like q, and with return_lse the LSE, fp32 [heads, total_q]. softcap,
+    alibi_slopes ([batch, heads] slopes: one row per sequence) and deterministic as in
+    flash_attn_func.
 
     block_table (int32 [batch, max_blocks_per_seq]): k, v are a paged cache [num_blocks,
     page_block_size, heads_kv, head_dim] and sequence b's keys are its first cu_seqlens_k[b + 1]
@@ -89,6 +93,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     batch ([batch, max_seqlen, heads, head_dim]) with per-sequence lengths, the output scattered
     back.
     """
+    _checks.deterministic(deterministic)
     paged = block_table is not None
     layout = "[total_tokens, heads, head_dim]"
     if paged:

@@ -802,6 +802,24 @@ def test_torch_backward_kernel_matches_fp64(dtype, batch, seqlen_q, seqlen_kv, h
 
 
 @needs_cuda
+def test_deterministic_false_is_taken_and_true_is_refused():
+    """FlashAttention's keyword (Hugging Face passes deterministic=False): no deterministic
+    backward yet, so True is an error rather than a promise the kernels do not keep."""
+    api = _api()
+    torch.manual_seed(33)
+    q, k, v = (_random(2, 40, 4, 64) for _ in range(3))
+    assert torch.equal(api.flash_attn_func(q, k, v, causal=True, deterministic=False), api.flash_attn_func(q, k, v, causal=True))
+    with pytest.raises(ValueError, match="deterministic=True is not supported"):
+        api.flash_attn_func(q, k, v, deterministic=True)
+    cu = torch.tensor([0, 40, 80], dtype=torch.int32, device="cuda")
+    packed = [t.reshape(80, 4, 64) for t in (q, k, v)]
+    with pytest.raises(ValueError, match="deterministic=True is not supported"):
+        api.flash_attn_varlen_func(*packed, cu, cu, 40, 40, deterministic=True)
+    with pytest.raises(ValueError, match="deterministic=True is not supported"):
+        api.flash_attn_qkvpacked_func(torch.stack((q, k, v), dim=2), deterministic=True)
+
+
+@needs_cuda
 def test_torch_backward_kernel_sliding_window_and_lse_gradient():
     torch.manual_seed(32)
     q = _random(2, 90, 4, 64)
