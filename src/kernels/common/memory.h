@@ -4,6 +4,7 @@
 #include <hip/hip_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fmha {
 
@@ -30,25 +31,23 @@ __device__ inline Vector load_shared_volatile(const Vector* shared) {
 #endif
 }
 
-// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80 on),
-// or 16 zero bytes where !valid (nothing is read then). Complete once copy_async_wait_all() and
-// a barrier have passed. Elsewhere (and in the host emulation) a plain copy.
-__device__ inline void copy_async_16(void* shared, const void* global, bool valid) {
+// kBytes (16 or 4) from global to shared memory without passing through registers (cp.async,
+// sm_80 on; 16 bytes through L2 only, 4 through L1, the only kind of that size), or zeros where
+// !valid (nothing is read then). Complete once copy_async_wait_all() and a barrier have passed.
+// Elsewhere (and in the host emulation) a plain copy.
+template <int kBytes>
+__device__ inline void copy_async(void* shared, const void* global, bool valid) {
+    static_assert(kBytes == 16 || kBytes == 4, "a 16-byte vector or a 4-byte word");
 #if defined(__HIP_PLATFORM_NVIDIA__)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(shared))),
-                 "l"(global), "r"(valid ? 16 : 0));
+    if constexpr (kBytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(shared))),
+                     "l"(global), "r"(valid ? 16 : 0));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(shared))),
+                     "l"(global), "r"(valid ? 4 : 0));
 #else
-    *static_cast<uint4*>(shared) = valid ? *static_cast<const uint4*>(global) : make_uint4(0, 0, 0, 0);
-#endif
-}
-
-// 4 bytes likewise (cp.async through L1, the only kind of that size).
-__device__ inline void copy_async_4(void* shared, const void* global, bool valid) {
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(shared))),
-                 "l"(global), "r"(valid ? 4 : 0));
-#else
-    *static_cast<uint32_t*>(shared) = valid ? *static_cast<const uint32_t*>(global) : 0u;
+    using Word = std::conditional_t<kBytes == 16, uint4, uint32_t>;
+    *static_cast<Word*>(shared) = valid ? *static_cast<const Word*>(global) : Word{};
 #endif
 }
 

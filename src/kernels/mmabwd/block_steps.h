@@ -71,7 +71,7 @@ __device__ inline void load_rows(Place place, const uint16_t* base, int64_t row_
     for (int i = threadIdx.x; i < kRows * kVectors; i += kThreads) {
         const int row = i / kVectors, column = (i % kVectors) * 8;
         const bool inside = row0 + row < valid;
-        copy_async_16(place(row, column), base + (inside ? (row0 + row) * row_stride + column : 0), inside);
+        copy_async<16>(place(row, column), base + (inside ? (row0 + row) * row_stride + column : 0), inside);
     }
 }
 
@@ -85,8 +85,8 @@ __device__ inline void load_row_stats(const BwdParams& p, const typename BlockSt
     const int i = threadIdx.x % kQueries;
     const bool valid = st.q0 + i < len_q;
     const int64_t row = valid ? st.rows + st.q0 + i : 0;
-    if (threadIdx.x < kQueries) copy_async_4(lse + i, ws.lse_log2 + row, valid);
-    else if (threadIdx.x < 2 * kQueries) copy_async_4(d + i, ws.d + row, valid);
+    if (threadIdx.x < kQueries) copy_async<4>(lse + i, ws.lse_log2 + row, valid);
+    else if (threadIdx.x < 2 * kQueries) copy_async<4>(d + i, ws.d + row, valid);
 }
 
 // Dropout's keep bits of a warp's 16 keys from key_block and 8 query rows from q0, in the

@@ -60,12 +60,14 @@ __global__ void preprocess_kernel(const BwdParams p) {
     const bool inside = row < Workspace::rows(p);
     float sum = 0.f;
     bool valid = false;  // a row of the sequence
+    int64_t at = 0;      // ... and its index in the LSE
     if (inside) {
         const QueryRow r = QueryRow::of(row, p);
         float4* accum = reinterpret_cast<float4*>(ws.dq_accum + row * Config::head_dim + column);
         accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
         valid = r.position < sequence_length(p.seqlens_q, nullptr, r.batch, p.seqlen_q);
         if (valid) {
+            at = r.lse_index(p);
             float o[8], d_o[8];
             unpack8<Numeric>(static_cast<const uint16_t*>(p.o) + r.offset(p.o_strides) + column, o);
             unpack8<Numeric>(static_cast<const uint16_t*>(p.d_o) + r.offset(p.d_o_strides) + column, d_o);
@@ -76,7 +78,6 @@ __global__ void preprocess_kernel(const BwdParams p) {
 #pragma unroll
     for (int width = kLanes / 2; width > 0; width /= 2) sum += __shfl_xor(sum, width, kLanes);
     if (inside && column == 0) {
-        const int64_t at = valid ? QueryRow::of(row, p).lse_index(p) : 0;
         const float lse = valid ? p.lse[at] : -INFINITY;
         ws.d[row] = valid ? sum - (p.d_lse ? p.d_lse[at] : 0.f) : 0.f;
         ws.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * kLog2e;
