@@ -229,7 +229,7 @@ def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):
     (["-paged-kv", "-page-size", "512"], "(got 512)"),
     (["-paged-kv", "-layout", "qkv-packed"], "cannot take the packed QKV layout"),
     (["-bwd", "-alibi"], "-bwd: the serving options have no backward kernel"),
-    (["-bwd", "-layout", "packed"], "-bwd: packed batches have no backward kernel yet"),
+    (["-bwd", "-paged-kv", "-bf16"], "-bwd: the serving options have no backward kernel"),
     (["-bwd", "-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_sm90"], "-bwd does not take -kernel yet"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
@@ -629,6 +629,12 @@ BACKWARD_RUNS = {  # fmha.exe -bwd: odd lengths, GQA, both dtypes, a two-sided w
     "window_fp16": ["-d", "64", "-b", "3", "-h", "4", "-s", "333", "-s-q", "200", "-window-left", "50",
                     "-window-right", "7", "-fp16"],
     "empty_rows": ["-d", "64", "-b", "1", "-h", "2", "-s", "129", "-s-q", "257", "-causal-mask", "-fp16"],
+    # packed sequences of 1 to 300 tokens: a tile's rows past a sequence are the next one's
+    "packed_causal_bf16": ["-d", "128", "-b", "7", "-h", "6", "-gqa", "3", "-s", "300", "-min-s", "1", "-layout", "packed",
+                           "-causal-mask", "-bf16"],
+    "packed_d64_fp16": ["-d", "64", "-b", "5", "-h", "4", "-s", "190", "-min-s", "3", "-layout", "packed", "-fp16"],
+    "packed_d256_bf16": ["-d", "256", "-b", "4", "-h", "2", "-s", "150", "-min-s", "1", "-layout", "packed",
+                         "-causal-mask", "-bf16"],
 }
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The backward on the device: fmha.exe -bwd checks on odd shapes, compute-sanitizer memcheck, racecheck
+# The backward on the device: fmha.exe -bwd checks on odd shapes (packed batches too), compute-sanitizer memcheck, racecheck
 # and synccheck of d64/d128/d256 launches, the Python backward and dropout tests; BENCH=1 adds
 # three training cases. Logs under $OUT. On the device: `[BENCH=1] bash tools/bwd_quick_check.sh`.
 set -o pipefail
@@ -31,15 +31,19 @@ done <<'LIST'
 -d 256 -b 2 -h 4 -gqa 2 -s 150 -s-q 77 -causal-mask -bf16
 -d 256 -b 1 -h 2 -s 65 -s-q 130 -fp16
 -d 256 -b 3 -h 4 -gqa 4 -s 300 -min-s 50 -window-left 40 -window-right 5 -fp16
+-d 128 -b 7 -h 6 -gqa 3 -s 300 -min-s 1 -layout packed -causal-mask -bf16
+-d 64 -b 5 -h 4 -s 190 -min-s 3 -layout packed -fp16
+-d 256 -b 4 -h 2 -s 150 -min-s 1 -layout packed -causal-mask -bf16
+-d 128 -b 9 -h 4 -gqa 4 -s 700 -s-q 300 -min-s 1 -layout packed -window-left 60 -window-right 9 -fp16
 LIST
 echo "checks: $fails failed ($((SECONDS-S)) s)"
 for tool in memcheck racecheck synccheck; do
-  for a in "-d 128 -b 1 -h 4 -gqa 2 -s 300 -s-q 200 -causal-mask -bf16" "-d 64 -b 2 -h 2 -s 150 -min-s 60 -fp16" "-d 256 -b 1 -h 2 -s 200 -s-q 100 -causal-mask -bf16"; do
+  for a in "-d 128 -b 1 -h 4 -gqa 2 -s 300 -s-q 200 -causal-mask -bf16" "-d 64 -b 2 -h 2 -s 150 -min-s 60 -fp16" "-d 256 -b 1 -h 2 -s 200 -s-q 100 -causal-mask -bf16" "-d 128 -b 5 -h 4 -gqa 2 -s 200 -min-s 1 -layout packed -causal-mask -bf16"; do
     timeout 120 compute-sanitizer --tool $tool $E -bwd $a -runs 1 -v 0 > $OUT/$tool.log 2>&1; echo "$tool $a: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/$tool.log | head -1)"
   done
 done
 echo "sanitizers: $((SECONDS-S)) s"
 export FMHA_LIBRARY=$PWD/build/nvidia/libfmha.so
-timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_api.py tests/python/test_dropout.py -k "backward or autograd or dropout or compile or graph" 2>&1 | tail -4
+timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_api.py tests/python/test_dropout.py -k "backward or autograd or dropout or compile or graph or varlen" 2>&1 | tail -4
 echo "total: $((SECONDS-S)) s"
 [ -n "$BENCH" ] && timeout 150 python3 benchmarks/training.py --rounds 3 --runs 5 --cases b2_s4k_h8_d256_causal b4_s2k_h16_d128 b4_s2k_h16_d128_causal 2>&1 | grep "^|\|failed"

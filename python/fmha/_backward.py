@@ -13,8 +13,8 @@ _plans = {}  # problem key -> (library, Plan, Problem, kernel name) or None (no 
 _MAX_PLANS = 4096
 
 
-def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p):
-    key = (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p)
+def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p, total_q):
+    key = (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p, total_q)
     if key in _plans:
         return _plans[key]
     if len(_plans) >= _MAX_PLANS:
@@ -24,7 +24,7 @@ def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, 
         library = _library.load()
         masked = int(left >= 0 or right >= 0)  # FlashAttention's window_size; causal is (-1, 0)
         problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, masked, left, right,
-                                   scale, 0, dropout_p=dropout_p)
+                                   scale, int(total_q > 0), dropout_p=dropout_p, total_q=total_q)
         plan, kernel, _ = library.plan_backward(problem, device)
         found = (library, plan, problem, kernel)
     except (OSError, _library.LibraryError):
@@ -42,47 +42,58 @@ def _kernel_ready(t):
 
 
 def _strides(t):
+    if t.dim() == 3:  # packed tokens [total, heads, d]: the batch stride is the row stride (fmha_capi.h)
+        row, heads, _ = t.stride()
+        return row, heads, row
     batch, seqlen, heads, _ = t.stride()
     return batch, heads, seqlen
 
 
-def kernel_name(q, k, scale, left, right, dropout_p=0.0):
+def kernel_name(q, k, scale, left, right, dropout_p=0.0, packed=None):
     """The backward kernel that would serve these tensors and options, or None."""
-    found = _find(q, k, scale, left, right, dropout_p)
+    found = _find(q, k, scale, left, right, dropout_p, packed)
     return found[3] if found else None
 
 
-def _find(q, k, scale, left, right, dropout_p):
+def _find(q, k, scale, left, right, dropout_p, packed):
     dtype = _DTYPES.get(q.dtype)
-    if dtype is None or not q.is_cuda or q.dim() != 4:
+    if dtype is None or not q.is_cuda or q.dim() != (3 if packed else 4):
         return None
-    batch, seqlen_q, heads, head_dim = q.shape
-    seqlen_kv, heads_kv = k.shape[1], k.shape[2]
+    if packed:  # q [total_q, heads, d], k [total_k, heads_kv, d]
+        (total_q, heads, head_dim), heads_kv = q.shape, k.shape[1]
+        cu_seqlens_q, _, seqlen_q, seqlen_kv = packed
+        batch = cu_seqlens_q.shape[0] - 1
+    else:
+        (batch, seqlen_q, heads, head_dim), total_q = q.shape, 0
+        seqlen_kv, heads_kv = k.shape[1], k.shape[2]
     return _plan(q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, 2**31 - 1),
-                 min(right, 2**31 - 1), scale, dropout_p)
+                 min(right, 2**31 - 1), scale, dropout_p, total_q)
 
 
 def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right, dropout_p=0.0,
-        dropout_seed_offset=None):
+        dropout_seed_offset=None, packed=None):
     """(dq, dk, dv) like q, k, v by a backward kernel, or None where none serves the call.
-    dropout_p, dropout_seed_offset: the forward kernel's dropout (fmha._dropout)."""
+    dropout_p, dropout_seed_offset: the forward kernel's dropout (fmha._dropout). packed:
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), contiguous int32, for packed
+    tokens q [total_q, h, d] and k, v [total_k, h_kv, d] (their LSE [h, total_q]), else None."""
     if lse is None or lse.numel() == 0:
         return None
-    found = _find(q, k, scale, left, right, dropout_p)
+    found = _find(q, k, scale, left, right, dropout_p, packed)
     if found is None:
         return None
     library, plan, problem, kernel = found
     q, k, v, out, grad_out = (_kernel_ready(t) for t in (q, k, v, out, grad_out))
     lse = lse.contiguous()
     grad_lse = grad_lse.float().contiguous() if grad_lse is not None and grad_lse.numel() > 0 else None
-    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous [b, s, h, d]
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as q, k, v
     workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=q.device)
     tensors = _library.BWD_TENSORS.pack(
         *(t.data_ptr() for t in (q, k, v, out, grad_out, dq, dk, dv)),
         *(s for t in (q, k, v, out, grad_out, dq, dk, dv) for s in _strides(t)),
         seqlens_q.data_ptr() if seqlens_q is not None else 0, seqlens_kv.data_ptr() if seqlens_kv is not None else 0,
         lse.data_ptr(), grad_lse.data_ptr() if grad_lse is not None else 0,
-        dropout_seed_offset.data_ptr() if dropout_p > 0 else 0)
+        dropout_seed_offset.data_ptr() if dropout_p > 0 else 0,
+        *((packed[0].data_ptr(), packed[1].data_ptr(), q.shape[0], k.shape[0]) if packed else (0, 0, 0, 0)))
     stream = torch.cuda.current_stream(q.device).cuda_stream
     status = library.launch_backward(ctypes.addressof(plan), ctypes.addressof(problem), tensors, workspace.data_ptr(),
                                      plan.workspace_bytes, stream)

@@ -111,8 +111,8 @@ def prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, packed=None, soft
     dtype = _DTYPES.get(q.dtype)
     if dtype is None:
         return None, f"dtype {q.dtype}: the catalogue holds float16 and bfloat16 kernels"
-    if dropout_p > 0 and (packed is not None or paged is not None):
-        return None, f"dropout_p={dropout_p}: the kernels apply dropout to padded batches only"
+    if dropout_p > 0 and paged is not None:
+        return None, f"dropout_p={dropout_p}: the kernels apply dropout to contiguous K and V only"
     why_not = _options_why_not(alibi_slopes, paged, k)
     if why_not:
         return None, why_not
@@ -235,10 +235,11 @@ def _launch(prepared, tensors, workspace, stream):
 
 
 def forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, return_lse, alibi_slopes=None,
-                   block_table=None):
+                   block_table=None, dropout_seed_offset=None):
     """(out [total_q, h, d], LSE [h, total_q] fp32 or None) of packed tokens by a launch of
     prepare(..., packed=...): the tensors read in place, no gather or scatter. With block_table,
-    k and v are pages, not packed: the keys' lengths are seqused_k."""
+    k and v are pages, not packed: the keys' lengths are seqused_k. dropout_seed_offset: as
+    forward()'s."""
     prepared, strides = launch
     total_q, heads, head_dim = q.shape
     out = torch.empty((total_q, heads, head_dim), dtype=q.dtype, device=prepared.device)
@@ -250,6 +251,6 @@ def forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, retur
         0, seqused_k.data_ptr() if seqused_k is not None else 0, lse.data_ptr() if lse is not None else 0,
         cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr() if block_table is None else 0, total_q, k.shape[0],
         alibi_slopes.data_ptr() if alibi_slopes is not None else 0, block_table.data_ptr() if block_table is not None else 0,
-        0)
+        dropout_seed_offset.data_ptr() if dropout_seed_offset is not None else 0)
     _launch(prepared, tensors, workspace, stream)
     return out, lse

@@ -9,7 +9,7 @@ import os
 import struct
 from pathlib import Path
 
-ABI_VERSION = 4  # FMHA_ABI_VERSION of the header these structures mirror
+ABI_VERSION = 5  # FMHA_ABI_VERSION of the header these structures mirror
 
 # fmha_status
 OK, INVALID_ARGUMENT, NO_KERNEL, NO_DEVICE, RUNTIME_ERROR = range(5)
@@ -25,7 +25,7 @@ class Problem(ctypes.Structure):
                 ("seqlen_q", _c_int32), ("seqlen_kv", _c_int32), ("head_dim", _c_int32), ("masked", _c_int32),
                 ("window_left", _c_int32), ("window_right", _c_int32), ("scale", ctypes.c_float), ("packed", _c_int32),
                 ("softcap", ctypes.c_float), ("alibi", _c_int32), ("page_size", _c_int32), ("max_pages_per_seq", _c_int32),
-                ("dropout_p", ctypes.c_float)]
+                ("dropout_p", ctypes.c_float), ("total_q", _c_int32)]
 
 
 class Tensors(ctypes.Structure):
@@ -45,8 +45,8 @@ TENSORS = struct.Struct("@4P12q5P2i3P")
 
 
 # fmha_bwd_tensors as bytes: q, k, v, o, d_o, dq, dk, dv; their 24 strides; seqlens_q, seqlens_kv,
-# lse, d_lse, dropout_seed_offset (0 for NULL). 37 fields of 8 bytes, no padding.
-BWD_TENSORS = struct.Struct("@8P24q5P")
+# lse, d_lse, dropout_seed_offset, cu_seqlens_q, cu_seqlens_kv (0 for NULL); total_q, total_kv.
+BWD_TENSORS = struct.Struct("@8P24q7P2i")
 
 
 class KvAppend(ctypes.Structure):

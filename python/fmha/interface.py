@@ -2,7 +2,7 @@
 GQA/MQA from the head counts, causal masks bottom-right aligned, LSE in natural log."""
 import torch
 
-from . import _append, _catalogue, _checks, _fastpath, backends
+from . import _append, _catalogue, _checks, _dropout, _fastpath, _varlen, backends
 from ._ops import attention
 
 
@@ -38,14 +38,6 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     return result if return_lse else result[0]
 
 
-def _padded(x, cu_seqlens, max_seqlen):
-    """Packed tokens x [total, heads, d] as a padded batch [batch, max_seqlen, heads, d]; rows past
-    a sequence's end repeat a valid token and are never read (the lengths say so)."""
-    offsets = torch.arange(max_seqlen, device=x.device)
-    tokens = (cu_seqlens[:-1].long().unsqueeze(1) + offsets).clamp_(0, x.shape[0] - 1)
-    return x[tokens]
-
-
 def _gathered_pages(cache, block_table, keys):
     """A paged cache [num_blocks, page_block_size, heads, d] as each sequence's first `keys` keys,
     a contiguous copy [batch, keys, heads, d] (the fallback's; the kernels follow the table)."""
@@ -57,18 +49,19 @@ def _host_checks_allowed(t):
     return not torch.compiler.is_compiling() and not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
-def _check_cu_seqlens(name, cu_seqlens, total, max_seqlen):
-    """Values too: one device-to-host copy, skipped while a CUDA graph is captured or compiled.
-    total: the token count it must end at (None: any, as for keys in pages)."""
-    if not _host_checks_allowed(cu_seqlens):
+def _check_cu_seqlens(*checks):
+    """Values too, of each (name, cu_seqlens, total, max_seqlen): one device-to-host copy for all
+    (a copy waits for the device: a training step pays it once), skipped while a CUDA graph is
+    captured or compiled. total: the token count it must end at (None: any, as for keys in pages)."""
+    if not all(_host_checks_allowed(check[1]) for check in checks):
         return
-    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-    first, last, shortest, longest = torch.stack(
-        [cu_seqlens[0], cu_seqlens[-1], lengths.min(), lengths.max()]).tolist()
-    if first != 0 or (total is not None and last != total) or shortest < 0 or longest > max_seqlen:
-        end = "" if total is None else f" to the token count {total}"
-        raise ValueError(f"{name} must rise from 0{end} in steps of at most {max_seqlen} (max_seqlen): got first "
-                         f"{first}, last {last}, steps {shortest} to {longest}")
+    values = torch.stack([torch.stack([cu[0], cu[-1], (cu[1:] - cu[:-1]).min(), (cu[1:] - cu[:-1]).max()])
+                          for _, cu, _, _ in checks]).tolist()
+    for (name, _, total, max_seqlen), (first, last, shortest, longest) in zip(checks, values):
+        if first != 0 or (total is not None and last != total) or shortest < 0 or longest > max_seqlen:
+            end = "" if total is None else f" to the token count {total}"
+            raise ValueError(f"{name} must rise from 0{end} in steps of at most {max_seqlen} (max_seqlen): got first "
+                             f"{first}, last {last}, steps {shortest} to {longest}")
 
 
 def _paged_capacity(k_cache, block_table):
@@ -88,10 +81,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     page_block_size, heads_kv, head_dim] and sequence b's keys are its first cu_seqlens_k[b + 1]
     - cu_seqlens_k[b] keys through row b of the table (FlashAttention 2.6's rule).
 
-    The kernels read the packed tokens (and pages) in place. Calls they do not serve, and calls
-    with autograd or under torch.compile, take the padded path: the tokens gathered into a padded
-    batch ([batch, max_seqlen, heads, head_dim]) with per-sequence lengths, the output scattered
-    back.
+    The kernels read the packed tokens (and pages) in place, in the backward too (fmha._varlen).
+    Calls they do not serve take the padded path: the tokens gathered into a padded batch
+    ([batch, max_seqlen, heads, head_dim]) with per-sequence lengths, the output scattered back;
+    so do those with autograd or under torch.compile that page the keys or use softcap or
+    ALiBi, which no backward kernel takes.
     """
     _checks.deterministic(deterministic)
     paged = block_table is not None
@@ -112,8 +106,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if max_seqlen_k > _paged_capacity(k, block_table):
             raise ValueError(f"max_seqlen_k ({max_seqlen_k}) must be at most what block_table reaches: "
                              f"{block_table.shape[1]} blocks of {k.shape[1]} keys")
-    _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q)
-    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], max_seqlen_k)
+    _check_cu_seqlens(("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
+                      ("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], max_seqlen_k))
     scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
     left, right = _checks.window(window_size, causal)
     dropout_p = _checks.dropout(dropout_p)
@@ -121,14 +115,21 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _checks.alibi_slopes(alibi_slopes, batch, q.shape[1], q.device)
     seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]  # the keys' lengths where they are pages, or padded
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if not needs_grad and not torch.compiler.is_compiling() and cu_seqlens_q.is_contiguous() and cu_seqlens_k.is_contiguous():
+    compiling = torch.compiler.is_compiling()
+    if (needs_grad or compiling) and _varlen.serves(paged, softcap, alibi_slopes, dropout_p, q):
+        out, lse = _varlen.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right,
+                                     dropout_p, strict)
+        return (out, lse) if return_lse else out
+    if not needs_grad and not compiling and cu_seqlens_q.is_contiguous() and cu_seqlens_k.is_contiguous():
         launch, why_not = _catalogue.prepare(q, k, v, None, scale, left, right, dropout_p,
                                              packed=(batch, max_seqlen_q, max_seqlen_k), softcap=softcap,
                                              alibi_slopes=alibi_slopes,
                                              paged=(block_table, max_seqlen_k) if paged else None)
         if launch is not None:
+            seed_offset = _dropout.seed_offset(q.device) if dropout_p > 0 else None
             out, lse = _catalogue.forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                                 seqlens_k if paged else None, return_lse, alibi_slopes, block_table)
+                                                 seqlens_k if paged else None, return_lse, alibi_slopes, block_table,
+                                                 seed_offset)
             return (out, lse) if return_lse else out
         if paged:
             backends.fall_back(why_not, strict, "gathering the pages into a contiguous copy")
@@ -136,17 +137,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if paged:
         k_padded, v_padded = (_gathered_pages(t, block_table, max_seqlen_k) for t in (k, v))
     else:
-        k_padded, v_padded = (_padded(t, cu_seqlens_k, max_seqlen_k) for t in (k, v))
-    out, lse = attention(_padded(q, cu_seqlens_q, max_seqlen_q), k_padded, v_padded, seqlens_q, seqlens_k, scale, left,
-                         right, dropout_p, return_lse, strict, softcap, alibi_slopes)
-    # Each token's sequence and position in it, to read its row of the padded output.
-    tokens = torch.arange(q.shape[0], device=q.device)
-    sequence = torch.searchsorted(cu_seqlens_q[1:].long(), tokens, right=True).clamp_(max=batch - 1)
-    position = (tokens - cu_seqlens_q.long()[sequence]).clamp_(0, max_seqlen_q - 1)
-    out = out[sequence, position]
+        k_padded, v_padded = (_varlen.padded(t, cu_seqlens_k, max_seqlen_k) for t in (k, v))
+    out, lse = attention(_varlen.padded(q, cu_seqlens_q, max_seqlen_q), k_padded, v_padded, seqlens_q, seqlens_k, scale,
+                         left, right, dropout_p, return_lse, strict, softcap, alibi_slopes)
+    out = _varlen.unpadded(out, cu_seqlens_q, q.shape[0])
     if not return_lse:
         return out
-    return out, lse[sequence, :, position].transpose(0, 1).contiguous()
+    return out, _varlen.unpadded(lse.transpose(1, 2), cu_seqlens_q, q.shape[0]).t().contiguous()
 
 
 def _left_padded_lengths(cache_leftpad, ends):

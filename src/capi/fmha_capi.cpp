@@ -21,13 +21,13 @@
 #include "platform/device.h"
 
 // python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
-static_assert(sizeof(fmha_problem) == 68 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_problem) == 72 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
 static_assert(sizeof(fmha_tensors) == 200 && offsetof(fmha_tensors, seqlens_q) == 128 &&
                   offsetof(fmha_tensors, cu_seqlens_q) == 152 && offsetof(fmha_tensors, alibi_slopes) == 176 &&
                   offsetof(fmha_tensors, dropout_seed_offset) == 192,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
-static_assert(sizeof(fmha_bwd_tensors) == 296 && offsetof(fmha_bwd_tensors, seqlens_q) == 256 &&
-                  offsetof(fmha_bwd_tensors, dropout_seed_offset) == 288,
+static_assert(sizeof(fmha_bwd_tensors) == 320 && offsetof(fmha_bwd_tensors, seqlens_q) == 256 &&
+                  offsetof(fmha_bwd_tensors, dropout_seed_offset) == 288 && offsetof(fmha_bwd_tensors, total_q) == 312,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
 static_assert(sizeof(fmha_kv_append) == 320 && offsetof(fmha_kv_append, k_new) == 72 &&
                   offsetof(fmha_kv_append, cache_seqlens) == 200 && offsetof(fmha_kv_append, seqlens_out) == 304,
@@ -73,6 +73,7 @@ fmha_status to_problem(const fmha_problem* c, Problem* p) {
     p->alibi = c->alibi != 0;
     p->page_size = c->page_size;
     p->dropout = c->dropout_p;
+    if (c->packed) p->total_q = c->total_q;
     std::vector<std::string> invalid = p->validate();
     if (c->alibi < 0 || c->alibi > 2)
         invalid.push_back("alibi must be 0 (off), 1 (slopes [heads_q]) or 2 (slopes [batch, heads_q]), got " +
@@ -495,9 +496,8 @@ fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, co
         const BwdKernelEntry& entry = *found;
         // The kernel select_bwd_kernel would give on the plan's arch (checked before any device is asked).
         const KernelKey wanted{p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), entry.key.family, entry.key.arch};
-        if (entry.key != wanted || p.layout == Layout::packed)
-            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(entry.name) + " does not fit the problem" +
-                                                   (p.layout == Layout::packed ? " (packed)" : "") + ": use fmha_plan_backward");
+        if (entry.key != wanted)
+            return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(entry.name) + " does not fit the problem: use fmha_plan_backward");
         const fmha_bwd_tensors& t = *tensors;
         const std::pair<const char*, std::pair<const void*, fmha_strides>> checked[] = {
             {"q", {t.q, t.q_strides}},    {"k", {t.k, t.k_strides}},       {"v", {t.v, t.v_strides}},
@@ -506,6 +506,13 @@ fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, co
         for (const auto& [name, tensor] : checked)
             if (const fmha_status status = check_tensor(name, tensor.first, tensor.second); status != FMHA_OK) return status;
         if (!t.lse) return fail(FMHA_INVALID_ARGUMENT, "tensors.lse is NULL: the backward needs the forward's LSE");
+        const bool packed = p.layout == Layout::packed;
+        if (packed && (!t.cu_seqlens_q || !t.cu_seqlens_kv || t.total_q <= 0 || t.total_kv <= 0))
+            return fail(FMHA_INVALID_ARGUMENT, "problem.packed needs tensors.cu_seqlens_q and cu_seqlens_kv and positive "
+                                               "total_q and total_kv (got " + std::to_string(t.total_q) + ", " +
+                                               std::to_string(t.total_kv) + ")");
+        if (!packed && (t.cu_seqlens_q || t.cu_seqlens_kv))
+            return fail(FMHA_INVALID_ARGUMENT, "tensors.cu_seqlens_q or cu_seqlens_kv is given but problem.packed is 0");
         if (const fmha_status status = check_dropout(p, t.dropout_seed_offset); status != FMHA_OK) return status;
         if (const fmha_status status = check_device(plan->device, entry.key.arch, entry.name); status != FMHA_OK)
             return status;
@@ -521,6 +528,15 @@ fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, co
         params.dk_strides = to_strides(t.dk_strides);
         params.dv_strides = to_strides(t.dv_strides);
         params.d_lse = t.d_lse;
+        if (packed) {
+            params.cu_seqlens_q = t.cu_seqlens_q;
+            params.cu_seqlens_kv = t.cu_seqlens_kv;
+            params.total_q = t.total_q;
+            params.total_kv = t.total_kv;
+            for (TensorStrides* s : {&params.q_strides, &params.k_strides, &params.v_strides, &params.o_strides,
+                                     &params.d_o_strides, &params.dq_strides, &params.dk_strides, &params.dv_strides})
+                s->batch = s->row;  // as fmha_forward's: sequences start cu_seqlens "batches" in
+        }
         params.workspace = workspace;
         params.workspace_bytes = workspace_bytes;
 

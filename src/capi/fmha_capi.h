@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a signature changes; callers check it before anything. */
-#define FMHA_ABI_VERSION 4
+#define FMHA_ABI_VERSION 5
 
 typedef enum fmha_status {
     FMHA_OK = 0,
@@ -60,6 +60,9 @@ typedef struct fmha_problem {
      * 1 / (1 - p); the LSE is that of the undropped ones. The backward takes the forward's p,
      * seed and offset and regenerates its mask. */
     float dropout_p;
+    /* v5: packed: Q's token count where known (0: unknown). It sizes the backward's workspace,
+     * which is otherwise planned for batch x seqlen_q tokens. */
+    int32_t total_q;
 } fmha_problem;
 
 /* Device pointers of one call. Q and O are [batch, heads_q, seqlen_q, head_dim] by their strides,
@@ -110,6 +113,11 @@ typedef struct fmha_bwd_tensors {
     const float* lse;   /* the forward's: fp32 [batch, heads_q, seqlen_q] contiguous, -inf where a row sees no key */
     const float* d_lse; /* NULL, or the LSE's gradient, like lse */
     const int64_t* dropout_seed_offset; /* v4: the forward's (problem.dropout_p > 0), else NULL */
+    /* v5: problem.packed: as fmha_tensors' (all of q, o, d_o, dq and of k, v, dk, dv packed; lse
+     * and d_lse [heads_q, total_q]) */
+    const int32_t* cu_seqlens_q;
+    const int32_t* cu_seqlens_kv;
+    int32_t total_q, total_kv;
 } fmha_bwd_tensors;
 
 /* A kernel chosen for a problem on a device, and the workspace bytes its launch needs. */
@@ -148,7 +156,7 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
 
 /* The backward kernel of this build for the problem on the device (plan.kernel indexes the
  * backward kernels: fmha_bwd_kernel_name), its workspace size, and why. FMHA_NO_KERNEL when
- * none serves it (packed problems have none yet): fmha_last_error() says why. */
+ * none serves it: fmha_last_error() says why. */
 fmha_status fmha_plan_backward(const fmha_problem* problem, int32_t device, fmha_plan* plan, char* reason,
                                size_t reason_size);
 

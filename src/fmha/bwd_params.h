@@ -36,6 +36,13 @@ struct BwdParams {
     int head_dim;
     const int* seqlens_q;   // per-sequence lengths, or nullptr (FwdParams)
     const int* seqlens_kv;
+    // A packed batch (FwdParams; Q, O, dO, dQ and K, V, dK, dV all packed), else nullptr; its LSE
+    // is then [heads_q, total_q]. total_q > 0 marks a packed batch (the workspace's layout, which
+    // a plan sizes before any pointer is known); 0 a padded one.
+    const int* cu_seqlens_q;
+    const int* cu_seqlens_kv;
+    int total_q;
+    int total_kv;
 
     float scale;
     KeyWindow window;  // masked kernels: as FwdParams::window
@@ -50,10 +57,11 @@ struct BwdParams {
 };
 
 // The backward kernels' grid: one dimension, a block per tile of at least 64 keys of each KV
-// head of each sequence (src/kernels/mmabwd/block_steps.h). The launcher and the heuristic ask.
+// head of each sequence, and one more for a packed one (src/kernels/mmabwd/block_steps.h). The
+// launcher and the heuristic ask.
 inline bool bwd_grid_fits(int64_t batch, int64_t heads_kv, int64_t seqlen_kv) {
     constexpr int64_t kSmallestKeyTile = 64, kMostBlocks = 2147483647;
-    return (seqlen_kv + kSmallestKeyTile - 1) / kSmallestKeyTile * heads_kv * batch <= kMostBlocks;
+    return (seqlen_kv / kSmallestKeyTile + 1) * heads_kv * batch <= kMostBlocks;
 }
 
 }  // namespace fmha

@@ -69,6 +69,8 @@ std::vector<std::string> Problem::validate() const {
         errors.push_back("the packed QKV layout needs seqlen_q == seqlen_kv and heads == KV heads");
     if (layout == Layout::packed && static_cast<double>(batch) * std::max(seqlen_q, seqlen_kv) > INT32_MAX)
         errors.push_back("the packed layout's tokens (batch x seqlen) must fit int32 cu_seqlens");
+    if (layout == Layout::packed && (total_q < 0 || total_q > int64_t(batch) * seqlen_q))
+        errors.push_back("a packed batch's total_q (" + std::to_string(total_q) + ") must be in [0, batch x seqlen_q] (0: unknown)");
 
     // Every element offset must fit in 63 bits (kernels index with int64).
     const double largest = static_cast<double>(batch) * std::max(seqlen_q, seqlen_kv) *
@@ -167,6 +169,10 @@ Params sized_params(const Problem& p) {
 BwdParams backward_shape_params(const Problem& p) {
     BwdParams params = sized_params<BwdParams>(p);
     params.dropout.p = p.dropout;
+    if (p.layout == Layout::packed) {  // the token counts where known, else their bound (the workspace's size)
+        params.total_q = int(p.total_q > 0 ? p.total_q : int64_t(p.batch) * p.seqlen_q);
+        params.total_kv = int(p.total_kv > 0 ? p.total_kv : int64_t(p.batch) * p.seqlen_kv);
+    }
     return params;
 }
 

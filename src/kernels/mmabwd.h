@@ -28,7 +28,10 @@ bool supports(const BwdParams& p) {
         return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
     };
     const bool heads_ok = p.heads_kv > 0 && p.heads_q % p.heads_kv == 0;
-    return heads_ok && p.head_dim == Config::head_dim && p.batch > 0 && bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv) &&
+    // Packed: Q's and K's sides both, with their token counts (BwdParams).
+    const bool packed_ok = !p.cu_seqlens_q == !p.cu_seqlens_kv && !p.cu_seqlens_q == (p.total_q <= 0) &&
+                           (!p.cu_seqlens_q || p.total_kv > 0);
+    return heads_ok && packed_ok && p.head_dim == Config::head_dim && p.batch > 0 && bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv) &&
            p.seqlen_q > 0 && p.seqlen_kv > 0 && p.window.left >= 0 && p.window.right >= 0 && p.lse && p.workspace &&
            (p.dropout.p == 0.f || (p.dropout.p > 0.f && p.dropout.p < 1.f && p.dropout.seed_offset)) &&
            p.workspace_bytes >= Workspace::bytes(p) && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
@@ -64,10 +67,11 @@ hipError_t launch(const BwdParams& p, hipStream_t stream) {
         using T = WgmmaTiles<Config>;
         constexpr bool kBf16 = Config::dtype == DType::bf16;
         StepMaps maps{};
-        if (!hopper::encode_tensor_map(&maps.q, kBf16, p.q, p.q_strides, p.batch, p.heads_q, p.seqlen_q, Config::head_dim,
-                                       T::kQueries, 1) ||
-            !hopper::encode_tensor_map(&maps.d_o, kBf16, p.d_o, p.d_o_strides, p.batch, p.heads_q, p.seqlen_q,
-                                       Config::head_dim, T::kQueries, 1) ||
+        const bool packed = p.cu_seqlens_q;
+        if (!hopper::encode_sequences_map(&maps.q, kBf16, p.q, p.q_strides, packed, p.total_q, p.batch, p.heads_q, p.seqlen_q,
+                                          Config::head_dim, T::kQueries, 1) ||
+            !hopper::encode_sequences_map(&maps.d_o, kBf16, p.d_o, p.d_o_strides, packed, p.total_q, p.batch, p.heads_q,
+                                          p.seqlen_q, Config::head_dim, T::kQueries, 1) ||
             !hopper::encode_fp32_rows_map(&maps.dq_accum, Workspace::of(p).dq_accum, Workspace::rows(p), Config::head_dim,
                                           T::kQueries))
             return hipErrorInvalidValue;

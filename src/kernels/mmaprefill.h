@@ -113,14 +113,12 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
         const PrefillTiling tiling = tiling_of<Config>(p, traits);
         if (!supports<Config>(p, tiling)) return hipErrorInvalidValue;
         const bool bf16 = Config::dtype == DType::bf16;
-        // Packed tensors are one batch of all their rows (TileWork's coordinates); the driver
-        // takes a batch stride past the rows. Rows are p.head_dim wide: TMA zero-fills a smaller
+        // Packed tensors are one batch of all their rows (TileWork's coordinates). Rows are p.head_dim wide: TMA zero-fills a smaller
         // head_dim's columns up to the kernel's and leaves them out of the output's stores.
         auto map = [&](CUtensorMap* m, const void* base, TensorStrides s, const int* cu_seqlens, int total, int heads,
                        int rows, int box_rows, int box_heads) {
-            if (cu_seqlens) s.batch = int64_t(total) * s.row;
-            return hopper::encode_tensor_map(m, bf16, base, s, cu_seqlens ? 1 : p.batch, heads, cu_seqlens ? total : rows,
-                                             p.head_dim, box_rows, box_heads);
+            return hopper::encode_sequences_map(m, bf16, base, s, cu_seqlens, total, p.batch, heads, rows, p.head_dim,
+                                                box_rows, box_heads);
         };
         TensorMaps maps{};  // element rows: none, the warpgroups copy Q, K and V (paged_tiles.h)
         if (element_rows(p.head_dim)) {

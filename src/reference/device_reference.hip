@@ -122,8 +122,8 @@ __device__ inline BackwardRow backward_row(const BwdParams& p, int64_t row) {
     r.i = int(row % p.seqlen_q);
     r.h = int(row / p.seqlen_q % p.heads_q);
     r.b = row / p.seqlen_q / p.heads_q;
-    r.len_q = length_of(p.seqlens_q, nullptr, r.b, p.seqlen_q);
-    r.len_kv = length_of(p.seqlens_kv, nullptr, r.b, p.seqlen_kv);
+    r.len_q = length_of(p.seqlens_q, p.cu_seqlens_q, r.b, p.seqlen_q);
+    r.len_kv = length_of(p.seqlens_kv, p.cu_seqlens_kv, r.b, p.seqlen_kv);
     const int diagonal = r.i + r.len_kv - r.len_q;
     r.first = max(0, diagonal - p.window.left);
     r.last = r.i < r.len_q ? min(r.len_kv - 1, diagonal + p.window.right) : -1;
@@ -145,10 +145,10 @@ __global__ void reference_backward_rows(const BwdParams p, float* dq, float2* st
     for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < rows; row += int64_t(gridDim.x) * blockDim.x) {
         const BackwardRow r = backward_row(p, row);
         const int hk = r.h / (p.heads_q / p.heads_kv);
-        const int64_t q_row = r.b * p.q_strides.batch + r.h * p.q_strides.head + r.i * p.q_strides.row;
-        const int64_t do_row = r.b * p.d_o_strides.batch + r.h * p.d_o_strides.head + r.i * p.d_o_strides.row;
-        auto k_row = [&](int j) { return r.b * p.k_strides.batch + hk * p.k_strides.head + j * p.k_strides.row; };
-        auto v_row = [&](int j) { return r.b * p.v_strides.batch + hk * p.v_strides.head + j * p.v_strides.row; };
+        const int64_t q_row = row_offset(p.q_strides, p.cu_seqlens_q, r.b, r.i) + r.h * p.q_strides.head;
+        const int64_t do_row = row_offset(p.d_o_strides, p.cu_seqlens_q, r.b, r.i) + r.h * p.d_o_strides.head;
+        auto k_row = [&](int j) { return row_offset(p.k_strides, p.cu_seqlens_kv, r.b, j) + hk * p.k_strides.head; };
+        auto v_row = [&](int j) { return row_offset(p.v_strides, p.cu_seqlens_kv, r.b, j) + hk * p.v_strides.head; };
         float row_max = -INFINITY, sum = 0.f;
         for (int j = r.first; j <= r.last; ++j) row_max = fmaxf(row_max, p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim));
         for (int j = r.first; j <= r.last; ++j) sum += expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim) - row_max);
@@ -179,8 +179,8 @@ __global__ void reference_backward_keys(const BwdParams p, const float2* stats, 
         const int j = int(key % p.seqlen_kv);
         const int hk = int(key / p.seqlen_kv % p.heads_kv);
         const int64_t b = key / p.seqlen_kv / p.heads_kv;
-        const int64_t k_row = b * p.k_strides.batch + hk * p.k_strides.head + j * p.k_strides.row;
-        const int64_t v_row = b * p.v_strides.batch + hk * p.v_strides.head + j * p.v_strides.row;
+        const int64_t k_row = row_offset(p.k_strides, p.cu_seqlens_kv, b, j) + hk * p.k_strides.head;
+        const int64_t v_row = row_offset(p.v_strides, p.cu_seqlens_kv, b, j) + hk * p.v_strides.head;
         for (int c0 = 0; c0 < p.head_dim; c0 += kChunk) {
             float acc_k[kChunk] = {}, acc_v[kChunk] = {};
             for (int h = hk * group; h < (hk + 1) * group; ++h) {
@@ -188,8 +188,8 @@ __global__ void reference_backward_keys(const BwdParams p, const float2* stats, 
                     const int64_t row = (b * p.heads_q + h) * p.seqlen_q + i;
                     const BackwardRow r = backward_row(p, row);
                     if (j < r.first || j > r.last) continue;
-                    const int64_t q_row = b * p.q_strides.batch + h * p.q_strides.head + i * p.q_strides.row;
-                    const int64_t do_row = b * p.d_o_strides.batch + h * p.d_o_strides.head + i * p.d_o_strides.row;
+                    const int64_t q_row = row_offset(p.q_strides, p.cu_seqlens_q, b, i) + h * p.q_strides.head;
+                    const int64_t do_row = row_offset(p.d_o_strides, p.cu_seqlens_q, b, i) + h * p.d_o_strides.head;
                     const float prob = expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row, p.head_dim) - stats[row].x);
                     const float ds = prob * (dot_rows<kDType>(p.d_o, do_row, p.v, v_row, p.head_dim) - stats[row].y);
                     for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) {

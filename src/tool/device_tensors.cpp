@@ -130,9 +130,16 @@ GradientSet::GradientSet(const TensorSet& forward, uint64_t seed)
     params.q_strides = f.q_strides, params.k_strides = f.k_strides, params.v_strides = f.v_strides, params.o_strides = f.o_strides;
     params.lse = forward.lse->get<float>();
     params.seqlens_q = f.seqlens_q, params.seqlens_kv = f.seqlens_kv;
+    params.cu_seqlens_q = f.cu_seqlens_q, params.cu_seqlens_kv = f.cu_seqlens_kv;
+    params.total_q = f.cu_seqlens_q ? f.total_q : 0, params.total_kv = f.cu_seqlens_kv ? f.total_kv : 0;
     params.d_o = d_o.get(), params.dq = dq.get(), params.dk = dk.get(), params.dv = dv.get();
-    params.d_o_strides = params.dq_strides = contiguous(p.heads_q, p.seqlen_q, p.head_dim);
-    params.dk_strides = params.dv_strides = contiguous(p.heads_kv, p.seqlen_kv, p.head_dim);
+    // Packed: token-major rows, as the forward's packed tensors (FwdParams: batch stride = row stride).
+    const auto gradient_strides = [&](int heads, int seq) {
+        return f.cu_seqlens_q ? TensorStrides{int64_t(heads) * p.head_dim, p.head_dim, int64_t(heads) * p.head_dim}
+                              : contiguous(heads, seq, p.head_dim);
+    };
+    params.d_o_strides = params.dq_strides = gradient_strides(p.heads_q, p.seqlen_q);
+    params.dk_strides = params.dv_strides = gradient_strides(p.heads_kv, p.seqlen_kv);
     check(fill_random(d_o.get(), int64_t(q_elements(p)), p.dtype, seed, 3, 1.f), "filling dO");
     poison();
 }

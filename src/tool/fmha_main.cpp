@@ -287,10 +287,12 @@ double time_runs(const Options& o, const KernelEntry& kernel, const std::vector<
 
 // A gradient in the reference's comparison: a FwdParams whose O is the gradient, [batch, heads,
 // seq, head_dim] with those strides, rows past `lengths` not compared.
-FwdParams gradient_view(const BwdParams& b, void* grad, const TensorStrides& strides, int heads, int seq, const int* lengths) {
+FwdParams gradient_view(const BwdParams& b, void* grad, const TensorStrides& strides, int heads, int seq, const int* lengths,
+                        const int* cu_seqlens, int total) {
     FwdParams view{};
     view.o = grad, view.o_strides = strides;
     view.batch = b.batch, view.heads_q = heads, view.seqlen_q = seq, view.head_dim = b.head_dim, view.seqlens_q = lengths;
+    view.cu_seqlens_q = cu_seqlens, view.total_q = total;
     return view;
 }
 
@@ -303,20 +305,22 @@ Tolerance backward_tolerance(DType dtype) {
 
 // -bwd: one launch of the forward kernel for O and the LSE, then the backward kernel on a random
 // dO, checked against the reference backward and timed.
-int run_backward(const Options& o, const Problem& p, const DeviceInfo& device, const KernelEntry& forward) {
+int run_backward(const Options& o, const Problem& p, const DeviceInfo& device, const KernelEntry& forward, const SeqLens& lens) {
     const BwdSelection selection = select_bwd_kernel(p, *device.arch);
     if (!selection.entry) return report_bad_input("-bwd: " + selection.reason);
     const BwdKernelEntry& kernel = *selection.entry;
     const BufferSizes sizes = buffer_sizes(p);
     const double q_bytes = 2.0 * sizes.q, kv_bytes = 2.0 * sizes.k;
+    // The fp32 references are [batch, heads, seqlen, head_dim], packed batches too.
+    const double q_reference = 4.0 * p.batch * p.heads_q * p.seqlen_q * p.head_dim,
+                 kv_reference = 4.0 * p.batch * p.heads_kv * p.seqlen_kv * p.head_dim;
     const double needed = 2.0 * (sizes.q + sizes.k + sizes.v + sizes.o) + 2 * q_bytes + 2 * kv_bytes +  // inputs, dO, grads
-                          2 * q_bytes + 4 * kv_bytes + double(kernel.workspace(backward_shape_params(p)));  // fp32 references
+                          q_reference + 2 * kv_reference + double(kernel.workspace(backward_shape_params(p)));
     if (needed > 0.95 * device.free_bytes) {
         fprintf(stderr, "fmha.exe: not enough device memory: the backward needs %s, the device has %s free\n", gib(needed).c_str(),
                 gib(device.free_bytes).c_str());
         return kEnvironment;
     }
-    const SeqLens lens = draw_lengths(o);
     if (o.verbose >= 1) {
         print_device(device);
         printf("Problem.......: %s (backward)\n", p.describe().c_str());
@@ -338,7 +342,7 @@ int run_backward(const Options& o, const Problem& p, const DeviceInfo& device, c
     int exit_code = kSuccess;
     if (!o.skip_checks) {
         const BwdParams& b = grads.params;
-        DeviceBuffer dq(2 * q_bytes), dk(2 * kv_bytes), dv(2 * kv_bytes);
+        DeviceBuffer dq(q_reference), dk(kv_reference), dv(kv_reference);
         check(reference_backward(b, p.dtype, dq.get<float>(), dk.get<float>(), dv.get<float>()), "running the reference backward");
         const Tolerance tol = backward_tolerance(p.dtype);
         const struct {
@@ -346,9 +350,9 @@ int run_backward(const Options& o, const Problem& p, const DeviceInfo& device, c
             FwdParams view;
             const DeviceBuffer& reference;
         } grads_checked[] = {
-            {"Checks dQ.....", gradient_view(b, b.dq, b.dq_strides, p.heads_q, p.seqlen_q, b.seqlens_q), dq},
-            {"Checks dK.....", gradient_view(b, b.dk, b.dk_strides, p.heads_kv, p.seqlen_kv, b.seqlens_kv), dk},
-            {"Checks dV.....", gradient_view(b, b.dv, b.dv_strides, p.heads_kv, p.seqlen_kv, b.seqlens_kv), dv},
+            {"Checks dQ.....", gradient_view(b, b.dq, b.dq_strides, p.heads_q, p.seqlen_q, b.seqlens_q, b.cu_seqlens_q, b.total_q), dq},
+            {"Checks dK.....", gradient_view(b, b.dk, b.dk_strides, p.heads_kv, p.seqlen_kv, b.seqlens_kv, b.cu_seqlens_kv, b.total_kv), dk},
+            {"Checks dV.....", gradient_view(b, b.dv, b.dv_strides, p.heads_kv, p.seqlen_kv, b.seqlens_kv, b.cu_seqlens_kv, b.total_kv), dv},
         };
         for (const auto& g : grads_checked) {
             CompareResult result;
@@ -412,13 +416,13 @@ int run(const Options& o) {
         reason = selection.reason;
     }
     const std::string name = kernel->name;
-    if (o.backward) return run_backward(o, p, device, *kernel);
-
     const SeqLens lens = draw_lengths(o);
     if (p.layout == Layout::packed) {
         p.total_q = cumulative(lens.q).back();
         p.total_kv = cumulative(lens.kv).back();
     }
+    if (o.backward) return run_backward(o, p, device, *kernel, lens);
+
     const BufferSizes sizes = buffer_sizes(p);
     const double set_bytes = 2.0 * (sizes.q + sizes.k + sizes.v + sizes.o);
     // Rotate over input sets when one fits in L2 several times, so timing reads memory, not cache.

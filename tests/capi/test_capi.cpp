@@ -231,8 +231,11 @@ TEST(CApi, BackwardRejectsBadPlansAndTensors) {
     EXPECT_NE(error().find("use fmha_plan_backward"), std::string::npos) << error();
     plan.kernel = -1;
     for (int32_t i = 0; i < fmha_bwd_kernel_count(); ++i)
-        if (std::strstr(fmha_bwd_kernel_name(i), "_fp16_d128_gqa_nomask_")) plan.kernel = i;
-    if (plan.kernel < 0) GTEST_SKIP() << "no fp16 d128 backward kernel in this catalogue";
+        if (std::strstr(fmha_bwd_kernel_name(i), "_d128_gqa_nomask_")) {
+            plan.kernel = i;
+            p.dtype = std::strstr(fmha_bwd_kernel_name(i), "_bf16_") ? FMHA_BF16 : FMHA_FP16;
+        }
+    if (plan.kernel < 0) GTEST_SKIP() << "no d128 backward kernel in this catalogue";
     fmha_problem causal = p;
     causal.masked = 1, causal.window_left = -1, causal.window_right = 0;
     EXPECT_EQ(fmha_backward(&plan, &causal, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
@@ -251,7 +254,16 @@ TEST(CApi, BackwardRejectsBadPlansAndTensors) {
     EXPECT_NE(error().find("the backward needs the forward's LSE"), std::string::npos) << error();
     fmha_problem packed = p;
     packed.packed = 1;
-    EXPECT_EQ(fmha_plan_backward(&packed, 0, &plan, nullptr, 0) == FMHA_OK, false);
+    EXPECT_EQ(fmha_backward(&plan, &packed, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("problem.packed needs tensors.cu_seqlens_q and cu_seqlens_kv"), std::string::npos) << error();
+    alignas(16) static int32_t cu_seqlens[3] = {0, 64, 128};
+    bad = t;
+    bad.cu_seqlens_q = bad.cu_seqlens_kv = cu_seqlens;
+    EXPECT_EQ(fmha_backward(&plan, &p, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("but problem.packed is 0"), std::string::npos) << error();
+    packed.total_q = 2 * 64 + 1;  // more tokens than batch x seqlen_q
+    EXPECT_EQ(fmha_backward(&plan, &packed, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("total_q (129) must be in [0, batch x seqlen_q]"), std::string::npos) << error();
 }
 
 // A valid append of 2 sequences, 1 new token, 2 KV heads of 128 into a cache of 64 (never launched here).

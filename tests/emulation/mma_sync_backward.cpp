@@ -98,6 +98,7 @@ struct Case {
     int batch, hq, hkv, sq, skv, window;  // window: causal only (0: none)
     bool varlen, d_lse;
     float dropout = 0.f;  // the forward's (common/dropout.h): the kernel regenerates its mask
+    bool packed = false;  // varlen's lengths as a packed batch: tokens [total, h, d], cu_seqlens
 };
 
 template <class Kernel>
@@ -130,21 +131,30 @@ bool run(const Case& c, unsigned seed) {
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     auto bits = [&](std::vector<uint16_t>& x, float s) { for (auto& e : x) e = Numeric::pack(s * u(rng)); };
     auto value = [&](uint16_t x) { return double(Numeric::unpack1(x)); };
-    // Token-major [b, s, h, d], as Python passes them.
-    auto strides = [&](int heads, int seq) { return TensorStrides{int64_t(seq) * heads * d, d, int64_t(heads) * d}; };
+    // Token-major [b, s, h, d], as Python passes them; packed: [tokens, h, d], whose batch stride
+    // is the row stride (FwdParams).
+    auto strides = [&](int heads, int seq) {
+        return TensorStrides{c.packed ? int64_t(heads) * d : int64_t(seq) * heads * d, d, int64_t(heads) * d};
+    };
     std::vector<int> lq(c.batch, c.sq), lkv(c.batch, c.skv);
-    if (c.varlen)
+    if (c.varlen || c.packed)
         for (int b = 0; b < c.batch; ++b) lq[b] = 1 + rng() % c.sq, lkv[b] = 1 + rng() % c.skv;
-    const size_t nq = size_t(c.batch) * c.sq * c.hq * d, nkv = size_t(c.batch) * c.skv * c.hkv * d;
+    std::vector<int> cu_q(c.batch + 1, 0), cu_kv(c.batch + 1, 0);
+    for (int b = 0; b < c.batch; ++b) cu_q[b + 1] = cu_q[b] + lq[b], cu_kv[b + 1] = cu_kv[b] + lkv[b];
+    const int tokens_q = c.packed ? cu_q[c.batch] : c.batch * c.sq, tokens_kv = c.packed ? cu_kv[c.batch] : c.batch * c.skv;
+    const size_t nq = size_t(tokens_q) * c.hq * d, nkv = size_t(tokens_kv) * c.hkv * d;
     std::vector<uint16_t> q(nq), k(nkv), v(nkv), o(nq), d_o(nq), dq(nq, 0x7e00), dk(nkv, 0x7e00), dv(nkv, 0x7e00);
     bits(q, 2.f), bits(k, 2.f), bits(v, 1.f), bits(d_o, 1.f);
     const TensorStrides sq = strides(c.hq, c.sq), skv = strides(c.hkv, c.skv);
-    auto at = [&](const TensorStrides& s, int b, int h, int i) { return size_t(b * s.batch + h * s.head + i * s.row); };
+    auto at = [&](const TensorStrides& s, int b, int h, int i) {
+        const std::vector<int>& cu = &s == &sq ? cu_q : cu_kv;  // (which side: the strides passed)
+        return size_t((c.packed ? cu[b] : b) * s.batch + h * s.head + i * s.row);
+    };
     const int window = kCausal && c.window ? c.window : c.skv;
     const double scale = 1.0 / std::sqrt(double(d));
 
     // The reference: P from the scores, O and LSE as the forward gives them, then the gradients.
-    const size_t rows = size_t(c.batch) * c.hq * c.sq;
+    const size_t rows = size_t(tokens_q) * c.hq;  // LSE [b, h, s] ([h, tokens] packed)
     std::vector<float> lse(rows, 777.f), d_lse(rows, 0.f);
     for (auto& x : d_lse) x = c.d_lse ? u(rng) : 0.f;
     std::vector<double> rq(nq, 0.0), rk(nkv, 0.0), rv(nkv, 0.0);
@@ -164,7 +174,7 @@ bool run(const Case& c, unsigned seed) {
                     for (int x = 0; x < d; ++x) dot += value(q[at(sq, b, h, i) + x]) * value(k[at(skv, b, hk, j) + x]);
                     p[j] = dot * scale, m = std::max(m, p[j]);
                 }
-                const size_t row = (size_t(b) * c.hq + h) * c.sq + i;
+                const size_t row = c.packed ? size_t(h) * tokens_q + cu_q[b] + i : (size_t(b) * c.hq + h) * c.sq + i;
                 if (m == -INFINITY) {  // sees no key: O = 0, LSE -inf, no gradient
                     lse[row] = -INFINITY;
                     for (int x = 0; x < d; ++x) o[at(sq, b, h, i) + x] = 0;
@@ -208,6 +218,7 @@ bool run(const Case& c, unsigned seed) {
     p.lse = lse.data(), p.d_lse = c.d_lse ? d_lse.data() : nullptr;
     p.batch = c.batch, p.heads_q = c.hq, p.heads_kv = c.hkv, p.seqlen_q = c.sq, p.seqlen_kv = c.skv, p.head_dim = d;
     p.seqlens_q = c.varlen ? lq.data() : nullptr, p.seqlens_kv = c.varlen ? lkv.data() : nullptr;
+    if (c.packed) p.cu_seqlens_q = cu_q.data(), p.cu_seqlens_kv = cu_kv.data(), p.total_q = tokens_q, p.total_kv = tokens_kv;
     p.scale = float(scale), p.window = KeyWindow::of(window - 1, kCausal ? 0 : c.sq);  // causal: keys up to the diagonal
     p.dropout = {c.dropout, c.dropout > 0 ? seed_offset : nullptr};
     std::vector<float> workspace(mmabwd::Workspace::bytes(p) / 4, 12345.f);  // garbage: the launch initialises it
@@ -238,7 +249,7 @@ bool run(const Case& c, unsigned seed) {
     const bool ok = eq < tolerance && ek < tolerance && ev < tolerance;
     std::printf("%s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
                 ok ? "ok  " : "FAIL", kD == DType::fp16 ? "fp16" : "bf16", d, c.batch, c.hq, c.hkv, c.sq, c.skv,
-                kCausal ? window : 0, c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "", eq, ek, ev);
+                kCausal ? window : 0, c.packed ? " packed" : c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "", eq, ek, ev);
     if (c.dropout > 0) std::printf("     (dropout %.2f)\n", c.dropout);
     return ok;
 }
@@ -256,6 +267,9 @@ int main() {
     // Dropout: the mask regenerated from the forward's seed and offset.
     ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({2, 4, 2, 45, 77, 0, false, true, 0.3f}, 6);
     ok &= run<Cfg<DType::bf16, 128, Mask::nomask>>({1, 2, 1, 40, 70, 0, true, false, 0.2f}, 7);
+    // Packed batches: every row written (the outputs start as NaN), none past its sequence.
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({4, 4, 2, 90, 70, 0, false, true, 0.f, true}, 8);
+    ok &= run<Cfg<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 40, 130, 0, false, false, 0.2f, true}, 9);
     std::printf("%s\n", ok ? "all cases match the reference" : "SOME CASES FAILED");
     return ok ? 0 : 1;
 }

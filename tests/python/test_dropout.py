@@ -148,6 +148,53 @@ def test_dropout_forward_and_gradients_match_the_masked_reference(dtype, batch, 
 
 
 @needs_cuda
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_varlen_dropout_forward_and_gradients_on_the_packed_kernels(monkeypatch, head_dim):
+    """flash_attn_varlen_func with dropout: forward and backward on the packed kernels (the
+    recompute raises here), each sequence against the masked fp64 reference; the mask is that of
+    (sequence, head, position), as for a padded batch."""
+    import fmha
+    from fmha import _dropout, _math
+
+    def no_recompute(*args, **kwargs):
+        raise AssertionError("the backward recomputed in PyTorch")
+
+    monkeypatch.setattr(_math, "attention_backward", no_recompute)
+    p, dt, heads, heads_kv = 0.2, torch.bfloat16, 4, 2
+    lengths_q, lengths_k = [77, 1, 130], [113, 40, 130]
+    torch.manual_seed(8)
+    cu_q, cu_k = (torch.tensor([0] + lengths, device="cuda").cumsum(0).int() for lengths in (lengths_q, lengths_k))
+    q = torch.randn(sum(lengths_q), heads, head_dim, dtype=dt, device="cuda")
+    k, v = (torch.randn(sum(lengths_k), heads_kv, head_dim, dtype=dt, device="cuda") for _ in range(2))
+    grad = torch.randn_like(q)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    seed_offset = _seed_offset(12)
+    torch.manual_seed(12)
+    out = fmha.flash_attn_varlen_func(*leaves, cu_q, cu_k, max(lengths_q), max(lengths_k), dropout_p=p, causal=True,
+                                      strict=True)
+    ours = (out,) + torch.autograd.grad(out, leaves, grad)
+    keep = _dropout.mask(p, seed_offset, len(lengths_q), heads, max(lengths_q), max(lengths_k))
+    assert 0.1 < 1 - keep.float().mean().item() < 0.3  # the mask is live
+    for b in range(len(lengths_q)):
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        kept = keep[b:b + 1, :, :rows.stop - rows.start, :keys.stop - keys.start]
+        results = {}
+        for ref_dtype in (torch.float64, dt):
+            inputs = [t[part].unsqueeze(0).to(ref_dtype).requires_grad_() for t, part in ((q, rows), (k, keys), (v, keys))]
+            result = _reference(*inputs, kept, p, True, ref_dtype)
+            results[ref_dtype] = (result,) + torch.autograd.grad(result, inputs, grad[rows].unsqueeze(0).to(ref_dtype))
+        for index, (what, part) in enumerate((("out", rows), ("dq", rows), ("dk", keys), ("dv", keys))):
+            _assert_flash_rule(ours[index][part].unsqueeze(0), results[torch.float64][index], results[dt][index],
+                               f"sequence {b} {what}")
+    # Forward only: the same kernel and mask.
+    torch.manual_seed(12)
+    with torch.no_grad():
+        again = fmha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), dropout_p=p, causal=True,
+                                            strict=True)
+    assert torch.equal(again, out.detach())
+
+
+@needs_cuda
 @pytest.mark.parametrize("dtype, head_dim", [("bf16", 64), ("fp16", 64), ("bf16", 256), ("fp16", 200)])
 def test_dropout_with_softcap_and_alibi_on_the_kernels(dtype, head_dim):
     """Dropout beside softcapping and per-sequence ALiBi slopes, past head_dim 128 too: the

@@ -22,16 +22,18 @@ __device__ inline Element* row_start(Element* base, const TensorStrides& s, cons
 }
 
 // The index of query row (batch, head, position) in contiguous [batch, heads_q, seqlen_q]
-// arrays: the split workspace (and FwdParams::lse of a padded batch).
-__device__ inline int64_t query_row_index(const FwdParams& p, int64_t batch, int head, int position) {
+// arrays: the split workspace (and FwdParams::lse of a padded batch). Params: FwdParams or
+// BwdParams, which state the lengths and layouts alike.
+template <class Params>
+__device__ inline int64_t query_row_index(const Params& p, int64_t batch, int head, int position) {
     return (batch * p.heads_q + head) * p.seqlen_q + position;
 }
 
 // The index of query row (batch, head, position) in FwdParams::lse: [heads_q, total_q] where Q
 // is packed (FlashAttention's varlen LSE), else [batch, heads_q, seqlen_q]. kMayBePacked: as
 // packed_only().
-template <bool kMayBePacked = true>
-__device__ inline int64_t lse_index(const FwdParams& p, int64_t batch, int head, int position) {
+template <bool kMayBePacked = true, class Params>
+__device__ inline int64_t lse_index(const Params& p, int64_t batch, int head, int position) {
     const int* cu_seqlens = packed_only<kMayBePacked>(p.cu_seqlens_q);
     return cu_seqlens ? int64_t(head) * p.total_q + cu_seqlens[batch] + position : query_row_index(p, batch, head, position);
 }

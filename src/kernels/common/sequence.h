@@ -25,6 +25,21 @@ __host__ __device__ inline int64_t sequence_index(const int* cu_seqlens, int64_t
     return cu_seqlens ? int64_t(cu_seqlens[batch]) : batch;
 }
 
+// Tiles over a packed batch, whose lengths only the device knows: sequence b takes the
+// "virtual" tiles [P(b), P(b + 1)), P(b) = b + cu_seqlens[b] / rows (divide(n) = n / rows), at
+// least the ceil(length / rows) it needs (at most one more), batch + total / rows in all. The
+// sequence of virtual tile `tile`: the last b with P(b) <= tile.
+template <class Divide>
+__host__ __device__ inline int packed_tile_sequence(const int* cu_seqlens, int batch, int64_t tile, Divide divide) {
+    int lo = 0, hi = batch;  // P(lo) <= tile < P(hi)
+    while (hi - lo > 1) {
+        const int middle = (lo + hi) / 2;
+        if (middle + divide(cu_seqlens[middle]) <= tile) lo = middle;
+        else hi = middle;
+    }
+    return lo;
+}
+
 // A kernel variant's view of a packed batch's cu_seqlens: variants compiled without packed
 // batches (kMayBePacked false: the plain ones, has_run_time_options) see none, so that their
 // code is that of padded batches.

@@ -14,9 +14,8 @@
 // all with few of its consumers busy.
 //
 // Packed batches (FwdParams::cu_seqlens_q) are laid out by the lengths, which only the device
-// knows: sequence b takes "virtual" query blocks [P(b), P(b + 1)), P(b) = b + cu_seqlens_q[b] /
-// rows_per_head, which are at least the ceil(len / rows_per_head) blocks it needs (at most one
-// more), and a tile finds its sequence by a binary search over P (packed_sequence()). So a batch
+// knows: sequence b takes "virtual" query blocks of rows_per_head rows (sequence.h:
+// packed_tile_sequence), and a tile finds its sequence by a binary search (packed_sequence()). So a batch
 // costs what its sequences cost, whatever their mix, with no tile per padded position. Their
 // tiles run virtual block by block, every head of a block side by side: a causal sequence's
 // blocks go from its end back (TileWork), so a long prompt's dearest tiles start first.
@@ -29,6 +28,7 @@
 
 #include "fmha/params.h"
 #include "kernels/common/fast_divisor.h"
+#include "kernels/common/sequence.h"
 
 namespace fmha {
 
@@ -157,15 +157,10 @@ struct PackedBlock {
     int sequence, first, count;
 };
 __host__ __device__ inline PackedBlock packed_sequence(const PrefillTiling& t, const int* cu_seqlens, int batch, int block) {
-    auto first_block = [&](int b) { return b + t.by_rows_per_head.divide(cu_seqlens[b]); };
-    int lo = 0, hi = batch;  // P(lo) <= block < P(hi)
-    while (hi - lo > 1) {
-        const int middle = (lo + hi) / 2;
-        if (first_block(middle) <= block) lo = middle;
-        else hi = middle;
-    }
-    const int first = first_block(lo);
-    return {lo, first, first_block(lo + 1) - first};
+    const auto divide = [&](int rows) { return t.by_rows_per_head.divide(rows); };
+    const int sequence = packed_tile_sequence(cu_seqlens, batch, block, divide);
+    const int first = sequence + divide(cu_seqlens[sequence]);
+    return {sequence, first, sequence + 1 + divide(cu_seqlens[sequence + 1]) - first};
 }
 
 // The position of a tile's first row in its sequence of len_q positions: negative where an

@@ -8,22 +8,45 @@
 #include "kernels/common/dropout.h"
 #include "kernels/common/mask.h"
 #include "kernels/common/memory.h"
+#include "kernels/common/sequence.h"
 #include "kernels/mmabwd/workspace.h"
 
 namespace fmha {
 namespace mmabwd {
 
-// The block's key tile: a 1-D grid over (key tile, KV head, batch), key tiles slowest, so that
-// blocks start in the order of their key tiles: with a causal mask the first tiles are seen by
-// the most query rows, so the longest blocks start first.
+// The block's key tile: a 1-D grid over (key tile, KV head, sequence). A padded batch's key
+// tiles go slowest, so that blocks start in the order of their key tiles: with a causal mask
+// the first tiles are seen by the most query rows, so the longest blocks start first. A packed
+// batch's sequences take virtual tiles (sequence.h: packed_tile_sequence), KV heads fastest: a
+// block per tile of its keys and at most one more, without a tile per padded position.
 struct KeyTile {
     int index, head_kv, batch;
     __host__ __device__ static int64_t count(const BwdParams& p, int keys) {
-        return int64_t((p.seqlen_kv + keys - 1) / keys) * p.heads_kv * p.batch;
+        return p.cu_seqlens_kv ? int64_t(p.heads_kv) * (p.batch + p.total_kv / keys)
+                               : int64_t((p.seqlen_kv + keys - 1) / keys) * p.heads_kv * p.batch;
     }
-    __device__ static KeyTile of(int block, const BwdParams& p) {
+    __device__ static KeyTile of(int block, const BwdParams& p, int keys) {
+        if (p.cu_seqlens_kv) {
+            const int tile = block / p.heads_kv;
+            const auto divide = [keys](int rows) { return rows / keys; };
+            const int sequence = packed_tile_sequence(p.cu_seqlens_kv, p.batch, tile, divide);
+            return {tile - sequence - divide(p.cu_seqlens_kv[sequence]), block % p.heads_kv, sequence};
+        }
         const int per_tile = p.heads_kv * p.batch;
         return {block / per_tile, block % per_tile % p.heads_kv, block % per_tile / p.heads_kv};
+    }
+};
+
+// The block's sequence: its lengths, where it starts in the tensors (sequence.h; a packed
+// tensor's batch stride is its row stride), and the key rows it writes dK and dV to: a padded
+// batch's rows past the length get zeros, a packed batch's are the next sequence's.
+struct BlockSequence {
+    int len_q, len_kv, written_kv;
+    int64_t q_index, kv_index;  // in batch strides
+    __device__ static BlockSequence of(const BwdParams& p, int batch) {
+        const int len_kv = sequence_length(p.seqlens_kv, p.cu_seqlens_kv, batch, p.seqlen_kv);
+        return {sequence_length(p.seqlens_q, p.cu_seqlens_q, batch, p.seqlen_q), len_kv, p.cu_seqlens_kv ? len_kv : p.seqlen_kv,
+                sequence_index(p.cu_seqlens_q, batch), sequence_index(p.cu_seqlens_kv, batch)};
     }
 };
 
@@ -33,9 +56,10 @@ template <int kQueries>
 struct BlockSteps {
     struct Step {
         int head, q0;
-        int64_t rows;  // the head's first workspace row
+        int64_t rows;  // the head's first workspace row (of this sequence)
     };
-    int batch, first_head, q_first, head_steps, steps;
+    int first_head, q_first, head_steps, steps;
+    int64_t first_rows, head_stride;  // the first head's first workspace row; Workspace::head_stride()
 
     template <bool kMasked>
     __device__ static BlockSteps of(const BwdParams& p, const KeyMask<kMasked>& mask, int key0, int keys, int head_kv,
@@ -50,16 +74,20 @@ struct BlockSteps {
         const int group = p.heads_q / p.heads_kv;
         const int q_first = q_lo / kQueries * kQueries;
         const int head_steps = q_hi > q_first ? (q_hi - q_first + kQueries - 1) / kQueries : 0;
-        return {batch, head_kv * group, q_first, head_steps, group * head_steps};
+        const int first_head = head_kv * group;
+        const int64_t head_stride = Workspace::head_stride(p);
+        return {first_head, q_first, head_steps, group * head_steps, Workspace::sequence_row(p, batch) + first_head * head_stride,
+                head_stride};
     }
     __device__ Step at(int s, const BwdParams& p) const {
-        const int head = first_head + s / max(head_steps, 1);
-        return {head, q_first + s % max(head_steps, 1) * kQueries, (int64_t(batch) * p.heads_q + head) * Workspace::head_rows(p)};
+        const int heads_in = s / max(head_steps, 1);
+        return {first_head + heads_in, q_first + s % max(head_steps, 1) * kQueries,
+                first_rows + heads_in * head_stride};
     }
     // The step after `st` (at(s + 1) without the division).
     __device__ Step next(const Step& st, const BwdParams& p) const {
         if (st.q0 + kQueries < q_first + head_steps * kQueries) return {st.head, st.q0 + kQueries, st.rows};
-        return {st.head + 1, q_first, st.rows + Workspace::head_rows(p)};
+        return {st.head + 1, q_first, st.rows + head_stride};
     }
 };
 

@@ -60,10 +60,10 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
     uint16_t* const s_v = reinterpret_cast<uint16_t*>(shared + T::kVOffset);
     uint16_t* const s_ds = reinterpret_cast<uint16_t*>(shared + T::kDsOffset);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const KeyTile tile = KeyTile::of(blockIdx.x, p);
+    const KeyTile tile = KeyTile::of(blockIdx.x, p, T::kKeys);
     const int key0 = tile.index * T::kKeys, head_kv = tile.head_kv, batch = tile.batch;
-    const int len_q = sequence_length(p.seqlens_q, nullptr, batch, p.seqlen_q);
-    const int len_kv = sequence_length(p.seqlens_kv, nullptr, batch, p.seqlen_kv);
+    const BlockSequence seq = BlockSequence::of(p, batch);
+    const int len_q = seq.len_q, len_kv = seq.len_kv;
     const KeyMask<kMasked> mask = KeyMask<kMasked>::of(len_q, len_kv, p.window);
     const float scale_log2 = p.scale * kLog2e;
     const bool dropping = p.dropout.p != 0.f;
@@ -81,11 +81,11 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
     const auto load_stage = [&](int s, int stage) {
         const auto st = steps_of.at(s, p);
         load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kQOffset, stage),
-                                                         static_cast<const uint16_t*>(p.q) + batch * p.q_strides.batch +
+                                                         static_cast<const uint16_t*>(p.q) + seq.q_index * p.q_strides.batch +
                                                              st.head * p.q_strides.head,
                                                          p.q_strides.row, st.q0, len_q);
         load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kDoOffset, stage),
-                                                         static_cast<const uint16_t*>(p.d_o) + batch * p.d_o_strides.batch +
+                                                         static_cast<const uint16_t*>(p.d_o) + seq.q_index * p.d_o_strides.batch +
                                                              st.head * p.d_o_strides.head,
                                                          p.d_o_strides.row, st.q0, len_q);
         load_row_stats<T::kThreads, T::kQueries>(p, st, len_q,
@@ -93,8 +93,8 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
                                                  reinterpret_cast<float*>(shared + T::kDOffset) + stage * T::kQueries);
     };
     if (steps > 0) {  // (no copies left in flight by a block without steps)
-        const uint16_t* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
-        const uint16_t* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
+        const uint16_t* k = static_cast<const uint16_t*>(p.k) + seq.kv_index * p.k_strides.batch + head_kv * p.k_strides.head;
+        const uint16_t* v = static_cast<const uint16_t*>(p.v) + seq.kv_index * p.v_strides.batch + head_kv * p.v_strides.head;
         load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, 0), k, p.k_strides.row, key0, len_kv);
         load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, 0), v, p.v_strides.row, key0, len_kv);
         load_stage(0, 0);
@@ -201,11 +201,10 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
         }
     }
 
-    // Rows past the sequence's keys (inside seqlen_kv) get the zeros they hold.
-    uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + batch * p.dk_strides.batch + head_kv * p.dk_strides.head;
-    uint16_t* dv_out = static_cast<uint16_t*>(p.dv) + batch * p.dv_strides.batch + head_kv * p.dv_strides.head;
-    store_rows<Numeric>(dk_out, p.dk_strides.row, dk, p.scale, key0 + 16 * warp, p.seqlen_kv, lane);
-    store_rows<Numeric>(dv_out, p.dv_strides.row, dv, 1.f, key0 + 16 * warp, p.seqlen_kv, lane);
+    uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + seq.kv_index * p.dk_strides.batch + head_kv * p.dk_strides.head;
+    uint16_t* dv_out = static_cast<uint16_t*>(p.dv) + seq.kv_index * p.dv_strides.batch + head_kv * p.dv_strides.head;
+    store_rows<Numeric>(dk_out, p.dk_strides.row, dk, p.scale, key0 + 16 * warp, seq.written_kv, lane);
+    store_rows<Numeric>(dv_out, p.dv_strides.row, dv, 1.f, key0 + 16 * warp, seq.written_kv, lane);
 }
 
 }  // namespace mmabwd

@@ -106,13 +106,13 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     const auto at = [&](int offset) { return uint32_t(hopper::opaque(int(base + offset))); };
     const int warpgroup = threadIdx.x / wgmma::kThreads, warp = threadIdx.x % wgmma::kThreads / 32;
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const KeyTile tile = KeyTile::of(blockIdx.x, p);
+    const KeyTile tile = KeyTile::of(blockIdx.x, p, T::kKeys);
     const int key0 = tile.index * T::kKeys, head_kv = tile.head_kv, batch = tile.batch;
     const int own_keys = T::kSplitColumns ? 0 : wgmma::kRows * warpgroup;  // the warpgroup's first key of the tile
     const int warp_keys = key0 + own_keys + 16 * warp;                      // the warp's 16 accumulator rows
     const int kv0 = T::kSplitColumns ? T::kColumns * warpgroup : 0;         // its first column of dK and dV
-    const int len_q = sequence_length(p.seqlens_q, nullptr, batch, p.seqlen_q);
-    const int len_kv = sequence_length(p.seqlens_kv, nullptr, batch, p.seqlen_kv);
+    const BlockSequence seq = BlockSequence::of(p, batch);
+    const int len_q = seq.len_q, len_kv = seq.len_kv;
     const KeyMask<kMasked> mask = KeyMask<kMasked>::of(len_q, len_kv, p.window);
     const float scale_log2 = p.scale * kLog2e;
     const bool dropping = p.dropout.p != 0.f;
@@ -133,20 +133,23 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     const auto load_stage = [&](int s) {
         const auto st = walk.at(s, p);
         const int stage = s % T::kStages;
+        // Q's and dO's maps: a packed batch's are one sequence of all its tokens (mmabwd.h). (Its
+        // first row read here, by the one thread: kept across the loop, it would spill at d256.)
+        const int row0 = p.cu_seqlens_q ? p.cu_seqlens_q[batch] : 0, map_batch = p.cu_seqlens_q ? 0 : batch;
         const uint32_t barrier = hopper::shared_address(&landed[stage]);
         hopper::barrier_arrive_expect(barrier, 2 * (T::kRowsBytes + T::kStatsBytes));
 #pragma unroll
         for (int atom = 0; atom < T::kHeadDim / wgmma::kAtomColumns; ++atom) {
             const int column = atom * wgmma::kAtomColumns, offset = stage * T::kRowsBytes + atom * T::kQueries * wgmma::kRowBytes;
-            hopper::tma_load_4d(base + T::kQOffset + offset, &maps.q, column, st.q0, st.head, batch, barrier);
-            hopper::tma_load_4d(base + T::kDoOffset + offset, &maps.d_o, column, st.q0, st.head, batch, barrier);
+            hopper::tma_load_4d(base + T::kQOffset + offset, &maps.q, column, row0 + st.q0, st.head, map_batch, barrier);
+            hopper::tma_load_4d(base + T::kDoOffset + offset, &maps.d_o, column, row0 + st.q0, st.head, map_batch, barrier);
         }
         hopper::bulk_load(base + T::kLseOffset + stage * T::kStatsBytes, ws.lse_log2 + st.rows + st.q0, T::kStatsBytes, barrier);
         hopper::bulk_load(base + T::kDOffset + stage * T::kStatsBytes, ws.d + st.rows + st.q0, T::kStatsBytes, barrier);
     };
     if (walk.steps > 0) {  // (no copies left in flight by a block without steps)
-        const uint16_t* k = static_cast<const uint16_t*>(p.k) + batch * p.k_strides.batch + head_kv * p.k_strides.head;
-        const uint16_t* v = static_cast<const uint16_t*>(p.v) + batch * p.v_strides.batch + head_kv * p.v_strides.head;
+        const uint16_t* k = static_cast<const uint16_t*>(p.k) + seq.kv_index * p.k_strides.batch + head_kv * p.k_strides.head;
+        const uint16_t* v = static_cast<const uint16_t*>(p.v) + seq.kv_index * p.v_strides.batch + head_kv * p.v_strides.head;
         load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, T::kKeys), k, p.k_strides.row, key0, len_kv);
         load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, T::kKeys), v, p.v_strides.row, key0, len_kv);
         if (threadIdx.x == 0) {
@@ -165,9 +168,10 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         const int stage = step % T::kStages;
         hopper::barrier_wait(&landed[stage], (step / T::kStages) % 2);
         const int q_tile = T::kQOffset + stage * T::kRowsBytes, do_tile = T::kDoOffset + stage * T::kRowsBytes;
-        if (st.q0 + T::kQueries > len_q && len_q < p.seqlen_q) {
-            // TMA read rows past this sequence's end (inside the tensor): zeros there, as P and dS
-            // are zero there only while Q and dO are finite.
+        if (st.q0 + T::kQueries > len_q && (p.cu_seqlens_q || len_q < p.seqlen_q)) {
+            // TMA read rows past this sequence's end inside the tensor (a padded batch's padding,
+            // a packed batch's next sequence): zeros there, as P and dS are zero there only while
+            // Q and dO are finite.
             for (int i = threadIdx.x; i < T::kQueries * T::kHeadDim / 8; i += T::kThreads) {
                 const int row = i / (T::kHeadDim / 8), column = i % (T::kHeadDim / 8) * 8;
                 if (st.q0 + row < len_q) continue;
@@ -355,13 +359,14 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     }
     if (T::kDqByTma && threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait();  // (the adds read shared memory)
 
-    // Rows past the sequence's keys (inside seqlen_kv) get the zeros they hold.
-    uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + batch * p.dk_strides.batch + head_kv * p.dk_strides.head;
-    uint16_t* dv_out = static_cast<uint16_t*>(p.dv) + batch * p.dv_strides.batch + head_kv * p.dv_strides.head;
+    // (The sequence read again: kept across the loop, it would spill at d256.)
+    const BlockSequence out_seq = BlockSequence::of(p, batch);
+    uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + out_seq.kv_index * p.dk_strides.batch + head_kv * p.dk_strides.head;
+    uint16_t* dv_out = static_cast<uint16_t*>(p.dv) + out_seq.kv_index * p.dv_strides.batch + head_kv * p.dv_strides.head;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const int row = warp_keys + g + 8 * half;
-        if (row >= p.seqlen_kv) continue;
+        if (row >= out_seq.written_kv) continue;
         uint16_t* const dk_row = dk_out + row * p.dk_strides.row + kv0 + 2 * t;
         uint16_t* const dv_row = dv_out + row * p.dv_strides.row + kv0 + 2 * t;
 #pragma unroll

@@ -2,14 +2,15 @@
 //   preprocess: D = rowsum(dO * O) (minus dL/dLSE) and the LSE in the log2 domain per query row,
 //               and a zeroed fp32 dQ accumulator;
 //   convert:    dQ = scale * accumulator, in the element type.
-// Both walk query rows, head_dim / 8 lanes a row; D, the LSE and the accumulator are contiguous
-// [batch, heads_q, seqlen_q] (x head_dim) whatever the tensors' strides.
+// Both walk the workspace's rows (Workspace: its layout), head_dim / 8 lanes a row, whatever
+// the tensors' strides and whether the batch is padded or packed.
 #pragma once
 
 #include <hip/hip_runtime.h>
 
 #include "fmha/bwd_params.h"
 #include "kernels/common/online_softmax.h"
+#include "kernels/common/rows.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/numeric.h"
@@ -18,8 +19,11 @@ namespace fmha {
 namespace mmabwd {
 
 struct Workspace {
-    // Each (sequence, query head) has head_rows() rows, seqlen_q rounded up to a tile of
-    // kRowTile: a step's rows are one aligned range inside the workspace (bulk copies).
+    // A step's rows are one aligned range of kRowTile rows (bulk copies, TMA boxes): each
+    // sequence's rows of a query head start at a multiple of kRowTile and take its length
+    // rounded up to one. Padded batch: [batch][heads_q][seqlen_q rounded up]. Packed batch:
+    // [heads_q][virtual tiles of kRowTile rows] (sequence.h: packed_tile_sequence), so the
+    // workspace follows the tokens, not batch x seqlen_q.
     static constexpr int kRowTile = 64;
     float* dq_accum;  // [rows, head_dim], first: its 16-byte stores and 8-byte atomics stay aligned
     float* d;         // [rows]; 0 past a sequence's rows
@@ -27,8 +31,19 @@ struct Workspace {
     // +inf where the LSE is -inf (a row that sees no key) and past a sequence's rows: P = 0
     float* lse_log2;
 
-    __host__ __device__ static int head_rows(const BwdParams& p) { return (p.seqlen_q + kRowTile - 1) / kRowTile * kRowTile; }
-    __host__ __device__ static int64_t rows(const BwdParams& p) { return int64_t(p.batch) * p.heads_q * head_rows(p); }
+    __host__ __device__ static bool packed(const BwdParams& p) { return p.total_q > 0; }
+    // Rows from one query head of a sequence to the next head's.
+    __host__ __device__ static int64_t head_stride(const BwdParams& p) {
+        return packed(p) ? kRowTile * (p.batch + int64_t(p.total_q) / kRowTile)
+                         : (p.seqlen_q + int64_t(kRowTile) - 1) / kRowTile * kRowTile;
+    }
+    __host__ __device__ static int64_t rows(const BwdParams& p) {
+        return (packed(p) ? 1 : int64_t(p.batch)) * p.heads_q * head_stride(p);
+    }
+    // Sequence b's first row (of query head 0).
+    __device__ static int64_t sequence_row(const BwdParams& p, int b) {
+        return packed(p) ? kRowTile * (b + int64_t(p.cu_seqlens_q[b]) / kRowTile) : int64_t(b) * p.heads_q * head_stride(p);
+    }
     __host__ __device__ static size_t bytes(const BwdParams& p) { return size_t(rows(p)) * (2 + p.head_dim) * sizeof(float); }
     __host__ __device__ static Workspace of(const BwdParams& p) {
         float* base = static_cast<float*>(p.workspace);
@@ -36,17 +51,29 @@ struct Workspace {
     }
 };
 
-// A workspace row: its sequence, query head and position, and where it lives in a tensor.
+// A workspace row: its sequence, query head and position (at or past the sequence's length in
+// the rows that round it up), and where it lives in a tensor.
 struct QueryRow {
     int batch, head, position;
     __device__ static QueryRow of(int64_t row, const BwdParams& p) {
-        const int head_rows = Workspace::head_rows(p);
-        const int64_t bh = row / head_rows;
-        return {int(bh / p.heads_q), int(bh % p.heads_q), int(row % head_rows)};
+        const int64_t stride = Workspace::head_stride(p);
+        if (!Workspace::packed(p)) {
+            const int64_t bh = row / stride;
+            return {int(bh / p.heads_q), int(bh % p.heads_q), int(row % stride)};
+        }
+        const int64_t in_head = row % stride;
+        const int sequence = packed_tile_sequence(p.cu_seqlens_q, p.batch, in_head / Workspace::kRowTile,
+                                                  [](int rows) { return rows / Workspace::kRowTile; });
+        return {sequence, int(row / stride), int(in_head - Workspace::sequence_row(p, sequence))};
     }
-    __device__ int64_t offset(const TensorStrides& s) const { return batch * s.batch + head * s.head + position * s.row; }
-    // In the LSE's [batch, heads_q, seqlen_q] (position < seqlen_q).
-    __device__ int64_t lse_index(const BwdParams& p) const { return (int64_t(batch) * p.heads_q + head) * p.seqlen_q + position; }
+    __device__ bool inside(const BwdParams& p) const {
+        return position < sequence_length(p.seqlens_q, p.cu_seqlens_q, batch, p.seqlen_q);
+    }
+    // The row in a tensor like Q (rows.h).
+    template <class Element>
+    __device__ Element* in(Element* base, const TensorStrides& s, const BwdParams& p) const {
+        return row_start(base, s, p.cu_seqlens_q, batch, head, position);
+    }
 };
 
 template <class Config>
@@ -65,12 +92,12 @@ __global__ void preprocess_kernel(const BwdParams p) {
         const QueryRow r = QueryRow::of(row, p);
         float4* accum = reinterpret_cast<float4*>(ws.dq_accum + row * Config::head_dim + column);
         accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        valid = r.position < sequence_length(p.seqlens_q, nullptr, r.batch, p.seqlen_q);
+        valid = r.inside(p);
         if (valid) {
-            at = r.lse_index(p);
+            at = lse_index(p, r.batch, r.head, r.position);
             float o[8], d_o[8];
-            unpack8<Numeric>(static_cast<const uint16_t*>(p.o) + r.offset(p.o_strides) + column, o);
-            unpack8<Numeric>(static_cast<const uint16_t*>(p.d_o) + r.offset(p.d_o_strides) + column, d_o);
+            unpack8<Numeric>(r.in(static_cast<const uint16_t*>(p.o), p.o_strides, p) + column, o);
+            unpack8<Numeric>(r.in(static_cast<const uint16_t*>(p.d_o), p.d_o_strides, p) + column, d_o);
 #pragma unroll
             for (int i = 0; i < 8; ++i) sum += o[i] * d_o[i];
         }
@@ -96,8 +123,10 @@ __global__ void convert_kernel(const BwdParams p) {
     const float4 lo = accum[0], hi = accum[1];
     const float values[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     const QueryRow r = QueryRow::of(row, p);
-    if (r.position >= p.seqlen_q) return;  // the tile's padding
-    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.dq) + r.offset(p.dq_strides) + column) =
+    // Rows past a sequence's length: a padded batch's get the zeros they add up to (up to
+    // seqlen_q); a packed batch's belong to the next sequence.
+    if (p.cu_seqlens_q ? !r.inside(p) : r.position >= p.seqlen_q) return;
+    *reinterpret_cast<uint4*>(r.in(static_cast<uint16_t*>(p.dq), p.dq_strides, p) + column) =
         pack8<Numeric>(values, p.scale);
 }
 

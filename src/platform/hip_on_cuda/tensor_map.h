@@ -50,6 +50,16 @@ inline bool encode_tensor_map(CUtensorMap* map, bool bf16, const void* base, con
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// encode_tensor_map of a tensor of `batch` sequences of `rows` rows, or, packed, of one sequence
+// of its `total` rows (coordinates: the token's row, batch 0); the driver takes a batch stride
+// past the rows.
+inline bool encode_sequences_map(CUtensorMap* map, bool bf16, const void* base, TensorStrides strides, bool packed,
+                                 int total, int batch, int heads, int rows, int head_dim, int box_rows, int box_heads) {
+    if (packed) strides.batch = int64_t(total) * strides.row;
+    return encode_tensor_map(map, bf16, base, strides, packed ? 1 : batch, heads, packed ? total : rows, head_dim, box_rows,
+                             box_heads);
+}
+
 // A map of the fp32 matrix at `base`, `rows` rows of `columns` contiguous elements, in boxes of
 // {32 columns, box_rows rows} with 128-byte swizzling: the backward's dQ accumulator, which
 // tma_reduce_add_2d adds tiles into.
