@@ -76,7 +76,10 @@ FAMILIES = {
         Family("mmaprefill", 16, 256,
                "tiled on the matrix cores (Hopper: wgmma fed by TMA, warp-specialised; CDNA: MFMA, "
                "K/V through LDS), for many query rows per KV head", matrix_cores=("wgmma", "mfma"),
-               serves_smaller_head_dims=True, serves_element_rows=True),
+               serves_smaller_head_dims=True, serves_element_rows=True,
+               # its tile scheduler maps query heads to KV heads at run time: mha and mqa
+               # instances would be the same machine code, compiled twice more
+               heads_kinds=("gqa",)),
         # The backward: FlashAttention-2's order on wgmma (Hopper; mma.sync elsewhere). Its place
         # for CDNA is the same loop on MFMA (docs/design.md); until then AMD has none.
         Family("mmabwd", 64, 256,

@@ -25,9 +25,11 @@ def default_configs():
 FORWARD_FAMILIES = [name for name, family in FAMILIES.items() if family.direction == "fwd"]
 
 
-def offered_pairs():
-    """How many (forward family, arch) pairs have kernels: each on the archs it has a main loop for."""
-    return sum(offered(family, arch) for family in FORWARD_FAMILIES for arch in ARCHS)
+def forward_kernels(head_dims=3, archs=tuple(ARCHS)):
+    """How many forward kernels fp16/bf16 x head_dims x both masks give: each family with its heads
+    kinds, on the archs it has a main loop for."""
+    return sum(2 * head_dims * len(FAMILIES[family].heads_kinds) * 2 * offered(family, arch)
+               for family in FORWARD_FAMILIES for arch in archs)
 
 
 def default_backward_kernels():
@@ -37,7 +39,7 @@ def default_backward_kernels():
 
 def test_default_catalogue_is_the_product_of_what_each_family_runs_on():
     configs = default_configs()
-    assert len(configs) == 2 * 3 * 3 * 2 * offered_pairs() + default_backward_kernels()
+    assert len(configs) == forward_kernels() + default_backward_kernels()
     assert default_backward_kernels() == 12  # sm90 only: no MFMA backward yet
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "gfx1100", "sm90"}
@@ -123,9 +125,10 @@ def test_a_family_skips_archs_without_its_matrix_core():
     archs = {c.arch for c in selection.configs if c.family == TENSOR_FAMILY}
     assert archs == {a.name for a in ARCHS.values() if a.matrix_core in ("wgmma", "mfma")}
     assert archs == {"gfx908", "gfx90a", "gfx942", "sm90"}
-    assert len([c for c in selection.configs if c.family == TENSOR_FAMILY]) == 4 * 2 * 3 * 3 * 2
+    assert len([c for c in selection.configs if c.family == TENSOR_FAMILY]) == 4 * 2 * 3 * 1 * 2  # gqa only
     assert [n for n in selection.skip_notes() if n.startswith(TENSOR_FAMILY)] == [
-        "mmaprefill skips arch gfx1100 (needs matrix core wgmma or mfma; no main loop for wmma yet)"]
+        "mmaprefill skips arch gfx1100 (needs matrix core wgmma or mfma; no main loop for wmma yet)",
+        "mmaprefill skips heads mha, mqa (builds gqa only, which runs every group size)"]
     with pytest.raises(ValueError, match="needs matrix core wgmma or mfma"):
         KernelConfig.from_name("fmha_fwd_fp16_d64_gqa_nomask_mmaprefill_gfx1100")
     for arch in ("gfx90a", "sm90"):
@@ -170,7 +173,8 @@ def test_a_head_dim_some_family_builds_is_skipped_by_the_others():
     assert {c.family for c in selection.configs if c.head_dim == 64} == {"prefill", "decode", "mmaprefill", "mmabwd"}
     assert selection.skip_notes() == ["mmabwd skips head_dim 72 (needs a multiple of 64 up to 256)",
                                       "mmabwd skips heads mha, mqa (builds gqa only, which runs every group size)",
-                                      "mmaprefill skips head_dim 72 (needs a multiple of 16 up to 256)"]
+                                      "mmaprefill skips head_dim 72 (needs a multiple of 16 up to 256)",
+                                      "mmaprefill skips heads mha, mqa (builds gqa only, which runs every group size)"]
 
 
 @pytest.mark.parametrize("axes, message", [
@@ -194,7 +198,7 @@ def test_cli_says_which_families_skip_what(tmp_path, capsys):
 
 def test_filter_glob():
     configs = enumerate_configs(DEFAULT_AXES, "*_fp16_d128_*_sm90")
-    assert len(configs) == 3 * 2 * len(FORWARD_FAMILIES) + 2
+    assert len(configs) == forward_kernels(head_dims=1, archs=("sm90",)) // 2 + 2  # fp16 only; + mmabwd's two masks
     assert all(c.dtype == "fp16" and c.head_dim == 128 and c.arch == "sm90" for c in configs)
 
 
@@ -251,7 +255,7 @@ def test_cli_adds_a_head_dim_and_refresh_keeps_it(tmp_path, capsys):
     out = str(tmp_path)
     assert cli.main(["--head-dims", "96", "--out", out]) == 0
     names = {p.stem for p in (tmp_path / "kernels").glob("*.hip")}
-    assert len(names) == len(default_configs()) + 2 * 3 * 2 * offered_pairs()
+    assert len(names) == len(default_configs()) + forward_kernels(head_dims=1)
     assert "fmha_fwd_fp16_d96_gqa_causal_prefill_sm90" in names
     assert json.loads((tmp_path / "selection.json").read_text())["add"] == {"head_dim": [96]}
     assert cli.main(["--refresh", "--out", out]) == 0
@@ -297,7 +301,7 @@ def test_refresh_keeps_the_recorded_only_and_filter(tmp_path, capsys):
 def test_cli_only_replaces_the_defaults(tmp_path, capsys):
     assert cli.main(["--only", "--head-dims", "96", "--archs", "sm90", "--list", "--out", str(tmp_path)]) == 0
     names = capsys.readouterr().out.split()
-    assert len(names) == 2 * 3 * 2 * len(FORWARD_FAMILIES) and all("_d96_" in n and n.endswith("_sm90") for n in names)
+    assert len(names) == forward_kernels(head_dims=1, archs=("sm90",)) and all("_d96_" in n and n.endswith("_sm90") for n in names)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -305,7 +309,7 @@ def test_cli_only_replaces_the_defaults(tmp_path, capsys):
     (["--archs", "gfx1030"], "unknown arch"),
     (["--filter", "nothing*"], "no kernel matches"),
     (["--filter", ""], "--filter expects a non-empty glob"),
-    (["--only", "--archs", "gfx1100", "--families", "mmaprefill"],
+    (["--only", "--archs", "gfx1100", "--families", "mmaprefill", "--heads", "gqa"],
      "invalid configs: arch gfx1100: no family offers it (mmaprefill: needs matrix core"),
 ])
 def test_cli_errors_exit_2_with_a_reason(tmp_path, capsys, argv, message):

@@ -301,7 +301,7 @@ TEST(LongSequences, SixteenThousandKeys) {
     SKIP_WITHOUT_GPU();
     for (Family family : {Family::prefill, Family::decode, Family::mmaprefill}) {
         for (Mask mask : {Mask::nomask, Mask::causal}) {
-            const KernelKey key{DType::fp16, 128, HeadsKind::mha, mask, family, *test_device().arch};
+            const KernelKey key{DType::fp16, 128, HeadsKind::gqa, mask, family, *test_device().arch};
             const KernelEntry* kernel = find_kernel(key);
             if (!kernel) continue;
             std::vector<std::pair<int, int>> shapes = {{1, 16384}, {3, 16383}};

@@ -196,7 +196,7 @@ TEST(Heuristics, AHeadDimThatIsNotAMultipleOfEightRunsOnTheTensorCoreFamilyOnly)
     EXPECT_FALSE(kernel_supports(prefill, make(8, 8, 111), &why));
     EXPECT_EQ(why, "head_dim 111 is not a multiple of 8: its rows are not 16-byte vectors, which the family reads (the "
                    "tensor-core family reads them element by element)");
-    const KernelKey mma{DType::fp16, 64, HeadsKind::mha, Mask::nomask, Family::mmaprefill, some_arch()};
+    const KernelKey mma{DType::fp16, 64, HeadsKind::gqa, Mask::nomask, Family::mmaprefill, some_arch()};
     EXPECT_TRUE(kernel_supports(mma, make(8, 8, 59)));
     EXPECT_FALSE(kernel_supports(mma, make(8, 8, 65), &why));  // larger than the kernel's
     EXPECT_NE(why.find("its head_dim is 64, the problem's 65"), std::string::npos) << why;
