@@ -20,7 +20,7 @@ same cache through strided [b, h, s, d] views; GQA through enable_gqa, else (a b
 refuses it) through an expanded copy made beforehand, which the table marks with "x".
 
     python3 benchmarks/decode_steps.py [--part steps|short|empty|all] [--out FILE.md] [--quick]
-                                       [--points B,KEYS,HQ,HKV ...]
+                                       [--points B,KEYS,HQ,HKV[,D] ...]
 """
 import argparse
 import contextlib
@@ -91,10 +91,10 @@ def warnings_off():
 
 
 def step_points(quick, chosen=None):
-    """(dtype, head_dim, batch, keys, heads_q, heads_kv) of the steps part: chosen ones (bf16
-    d128), a few (quick), or the grid."""
+    """(dtype, head_dim, batch, keys, heads_q, heads_kv) of the steps part: chosen ones (bf16,
+    d128 unless a point names its head_dim), a few (quick), or the grid."""
     if chosen:
-        yield from ((torch.bfloat16, 128) + point for point in chosen)
+        yield from ((torch.bfloat16, point[4] if len(point) > 4 else 128) + point[:4] for point in chosen)
         return
     if quick:
         yield from ((torch.bfloat16, 128, b, s, 32, 8) for b, s in ((1, 1024), (1, 16384), (8, 2048), (64, 8192)))
@@ -186,8 +186,8 @@ def main():
     parser.add_argument("--out", help="also write the Markdown tables here")
     parser.add_argument("--quick", action="store_true", help="a few points of each part")
     parser.add_argument("--no-peers", action="store_true", help="the steps part without SDPA")
-    parser.add_argument("--points", nargs="+", metavar="B,KEYS,HQ,HKV",
-                        help="the steps part at these bf16 d128 points only, e.g. 1,65536,8,1")
+    parser.add_argument("--points", nargs="+", metavar="B,KEYS,HQ,HKV[,D]",
+                        help="the steps part at these bf16 points only (d128 unless D), e.g. 1,65536,8,1")
     options = parser.parse_args()
     torch.manual_seed(0)
     copy = copy_bandwidth_gbps()

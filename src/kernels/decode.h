@@ -93,10 +93,19 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
 }
 
 // Warp MMAs for the long-keys variant where the arch has them and whole warps are groups.
-// Head dims of 256 would need more registers than a lane has for one step of K and V.
 template <class Config, int GroupWidth>
 inline constexpr bool kUsesWarpMma = has_mma_sync(Config::arch) && GroupWidth == wave_size(Config::arch) &&
-                                     Config::head_dim % 64 == 0 && Config::head_dim <= 128;
+                                     Config::head_dim % 64 == 0;
+// Head dims of 256 take them for plain launches only: their options variant would not fit a
+// lane's registers (its per-lane state and Q in shared memory, beside the block's merge buffer,
+// pass what a block may ask for), and the narrow few-keys ranges beside warp MMAs (decode/shape.h)
+// hold a row in a team of at most 16 lanes.
+template <class Config, int GroupWidth>
+inline constexpr bool kEveryWarpMmaVariant = kUsesWarpMma<Config, GroupWidth> && Config::head_dim <= 128;
+// Query rows a pass of the tensor-core variant takes: two row tiles at head dims of 256 would
+// hold 128 accumulators a lane.
+template <class Config>
+inline constexpr int kMaxMmaRowTiles = Config::head_dim <= 128 ? 2 : 1;
 
 // Eight rows a pass of the long-keys variant take more than the 256 VGPRs of a lane; CDNA
 // keeps the rest in AGPRs, RDNA3 (AMD's wave32) has none and would spill to scratch: there more
@@ -121,12 +130,12 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
     const int rows = rows_per_pass(p);
     const bool options = has_run_time_options(p);
     const Keys keys = key_variant(p.seqlen_kv, kFewKeyRange<Config, GroupWidth>,
-                                  kUsesWarpMma<Config, GroupWidth> && !options, rows_per_kv_head(p));
+                                  kEveryWarpMmaVariant<Config, GroupWidth> && !options, rows_per_kv_head(p));
     if (options) {
         // One variant per key range instead of one per row count keeps the build time: more
         // rows than a pass holds take more passes. The few-keys variant serves two keys too.
         if (keys != Keys::many) return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::few>>{});
-        if constexpr (kUsesWarpMma<Config, GroupWidth>) return fn(WithOptions<MmaTraits<Config, 1>>{});
+        if constexpr (kEveryWarpMmaVariant<Config, GroupWidth>) return fn(WithOptions<MmaTraits<Config, 1>>{});
         else return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::many>>{});
     }
     if (keys == Keys::two) {
@@ -138,7 +147,7 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
     }
     if (keys == Keys::few) {
         // Beside warp MMAs the narrow ranges, one team per work item (decode/shape.h).
-        if constexpr (kUsesWarpMma<Config, GroupWidth>) {
+        if constexpr (kEveryWarpMmaVariant<Config, GroupWidth>) {
             if (narrow_few_range(p.seqlen_kv) == 4) return with_few_keys<Config, GroupWidth, 4>(rows, fn);
             return with_few_keys<Config, GroupWidth, kMaxNarrowFewKeys>(rows, fn);
         } else {
@@ -146,8 +155,8 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         }
     }
     if constexpr (kUsesWarpMma<Config, GroupWidth>) {
-        if (rows <= 8) return fn(MmaTraits<Config, 1>{});
-        return fn(MmaTraits<Config, 2>{});
+        if (rows <= 8 || kMaxMmaRowTiles<Config> == 1) return fn(MmaTraits<Config, 1>{});
+        return fn(MmaTraits<Config, kMaxMmaRowTiles<Config>>{});
     } else {
         if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::many>{});
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::many>{});

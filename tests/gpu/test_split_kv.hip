@@ -17,7 +17,7 @@ constexpr Arch kArch = Arch::gfx90a;
 #endif
 
 using Fp16Causal = KernelConfig<DType::fp16, 128, HeadsKind::gqa, Mask::causal, kArch>;  // tensor cores on NVIDIA
-using Bf16Wide = KernelConfig<DType::bf16, 256, HeadsKind::gqa, Mask::nomask, kArch>;    // CUDA cores
+using Bf16Wide = KernelConfig<DType::bf16, 256, HeadsKind::gqa, Mask::nomask, kArch>;    // tensor cores on NVIDIA too
 // Rows of 12 vectors: partials, merges and the combine on a row that is not a whole number of
 // 64-column tiles or of lanes (the catalogue's head dims are, by default).
 using Fp16Odd = KernelConfig<DType::fp16, 96, HeadsKind::gqa, Mask::nomask, kArch>;
@@ -59,6 +59,23 @@ TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
     // Few keys cap the splits at one per kMinKeysPerSplit keys, rounded the same way (3 -> 2).
     const FwdParams short_range = shape_params(problem<Fp16Causal>(10, 3 * T::kMinKeysPerSplit));
     EXPECT_EQ(decode::make_plan<T>(short_range, int64_t(1) << 40).splits, 2);
+}
+
+// Head dim 256 on warp MMAs where the arch has them: plain long key ranges only (its options
+// variant and the few-keys ranges stay on CUDA cores: decode.h, kEveryWarpMmaVariant).
+TEST(SplitPlan, HeadDim256LongKeysTakeWarpMmasWhereTheArchHasThem) {
+    const auto variant = [](const FwdParams& p) {
+        return decode::with_variant<Bf16Wide, wave_size(kArch)>(p, [](auto traits) {
+            using T = decltype(traits);
+            return std::pair{T::kWarpMma, T::kKeys};
+        });
+    };
+    FwdParams p = shape_params(problem<Bf16Wide>(1, 4096));
+    EXPECT_EQ(variant(p), std::pair(has_mma_sync(kArch), decode::Keys::many));
+    p.softcap = 30.f;
+    EXPECT_EQ(variant(p), std::pair(false, decode::Keys::many));
+    p.softcap = 0.f, p.seqlen_kv = 6;
+    EXPECT_EQ(variant(p), std::pair(false, decode::Keys::few));
 }
 
 // Batches that give each plan shape on this device, then the result against the reference.

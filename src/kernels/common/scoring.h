@@ -31,22 +31,42 @@ __host__ __device__ inline const float* sequence_slopes(const float* alibi_slope
     return alibi_slopes ? alibi_slopes + batch * batch_stride : nullptr;
 }
 
+// tanh(x) as tanh_of_scaled(kTanhScale x). NVIDIA's special-function unit has tanh itself
+// (tanh.approx.f32: relative error at most about 2^-11, below the scores' bf16 rounding and at
+// fp16's): one instruction where 1 - 2 / (exp(2x) + 1) takes two (an exp2 and a reciprocal),
+// and those units, which the softmax's exp2 also needs, bound the d64 and d128 tensor-core
+// loops with softcapping (docs/decisions.md). Elsewhere tanh comes from exp2, which takes
+// 2 log2(e) x: 1 - 2 / (2^y + 1), one exp2 and one fast division, where the library's tanhf
+// holds more registers (AMD's CUDA-core prefill lost an occupancy step to it). Both saturate
+// to +-1, so a capped score never overflows.
+#if defined(__HIP_PLATFORM_NVIDIA__)
+inline constexpr float kTanhScale = 1.f;
+__device__ inline float tanh_of_scaled(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#else
+inline constexpr float kTanhScale = 2.f * kLog2e;
+__device__ inline float tanh_of_scaled(float y) { return 1.f - __fdividef(2.f, exp2_approx(y) + 1.f); }
+#endif
+
 // The launch-wide part of the rule: the scale and the softcap, pre-multiplied by log2(e). The
 // tensor-core decode holds one of these and each row's ALiBi slope (RowScoring: per row).
 struct ScoreRule {
     float dot_scale;  // what a dot product is multiplied by: scale x log2(e), or with
-                      // softcapping, tanh's exp2 argument per unit: 2 log2(e) scale / softcap
+                      // softcapping, tanh_of_scaled's argument per unit: kTanhScale scale / softcap
     float cap_log2;   // softcap x log2(e); 0: no softcapping
 
     __device__ static ScoreRule of(float scale, float softcap) {
-        return {softcap != 0.f ? 2.f * kLog2e * scale / softcap : scale * kLog2e, softcap * kLog2e};
+        return {softcap != 0.f ? kTanhScale * scale / softcap : scale * kLog2e, softcap * kLog2e};
     }
 
     // The score of a dot product before ALiBi, in the log2 domain: scale dot, or
-    // softcap tanh(scale dot / softcap), where tanh(x) = 1 - 2 / (exp(2x) + 1).
+    // softcap tanh(scale dot / softcap).
     __device__ float capped(float dot) const {
         const float x = dot * dot_scale;
-        return cap_log2 != 0.f ? cap_log2 * tanh_from_exp2_argument(x) : x;
+        return cap_log2 != 0.f ? cap_log2 * tanh_of_scaled(x) : x;
     }
 
     // A row's ALiBi slope x log2(e) (0: no ALiBi). A row that does not exist (row.valid false)
@@ -58,13 +78,6 @@ struct ScoreRule {
     // The ALiBi bias of `key` for a row at `diagonal`, to subtract from its score.
     __device__ static float bias(float slope_log2, int diagonal, int key) { return slope_log2 * float(abs(diagonal - key)); }
 
-    // tanh(x) from y = 2 log2(e) x, as 1 - 2 / (2^y + 1): one special-function exp2 and one
-    // fast division (a reciprocal), where the library's tanhf holds more registers (AMD's
-    // CUDA-core prefill lost an occupancy step to it) and exp2f's range fix-up and the IEEE
-    // division's slow path cost the tensor-core decode its 4 blocks per multiprocessor.
-    // Saturates to +-1 (2^y to inf or 0; 2 / inf is 0), so a capped score never overflows; near
-    // 0 its absolute error is a few 1e-8, below the scores' own rounding.
-    __device__ static float tanh_from_exp2_argument(float y) { return 1.f - __fdividef(2.f, exp2_approx(y) + 1.f); }
 };
 
 // The scoring options' state for MMA accumulator fragments (the tensor-core prefill family,
@@ -90,7 +103,7 @@ struct FragmentScoring {
 struct RowScoring {
     float scale_log2;  // softmax scale x log2(e)
     float cap_log2;    // softcap x log2(e); 0: no softcapping
-    float cap_inv;     // scale / softcap
+    float cap_inv;     // kTanhScale x scale / softcap
     float slope_log2;  // ALiBi slope x log2(e); 0: no ALiBi
     int diagonal;
 
@@ -99,7 +112,7 @@ struct RowScoring {
         RowScoring r;
         r.scale_log2 = scale * kLog2e;
         r.cap_log2 = softcap * kLog2e;
-        r.cap_inv = softcap != 0.f ? scale / softcap : 0.f;
+        r.cap_inv = softcap != 0.f ? kTanhScale * scale / softcap : 0.f;
         r.slope_log2 = ScoreRule::slope_log2(alibi_slopes, head, row);
         r.diagonal = row.diagonal;
         return r;
@@ -107,7 +120,7 @@ struct RowScoring {
 
     // The score of `key` from the row's dot product with it, in the log2 domain.
     __device__ float log2_score(float dot, int key) const {
-        const float s = cap_log2 != 0.f ? cap_log2 * ScoreRule::tanh_from_exp2_argument(dot * cap_inv * (2.f * kLog2e)) : dot * scale_log2;
+        const float s = cap_log2 != 0.f ? cap_log2 * tanh_of_scaled(dot * cap_inv) : dot * scale_log2;
         return s - ScoreRule::bias(slope_log2, diagonal, key);
     }
 };

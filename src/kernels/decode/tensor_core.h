@@ -44,13 +44,16 @@ struct MmaTraits : BlockShape {
     static constexpr bool kShortKeys = false;
     static constexpr Keys kKeys = Keys::many;
     static constexpr int kKeyRange = INT32_MAX;
-    // One row tile fits 128 registers: 4 blocks (16 warps) per multiprocessor; asking for it
-    // measured faster on the long-KV cases (docs/decisions.md).
-    static constexpr int kMinBlocks = RowTiles == 1 ? 4 : 1;
+    // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per
+    // multiprocessor; asking for it measured faster on the long-KV cases (docs/decisions.md).
+    // Head dim 256 (one row tile) takes up to 255: 2 blocks, each warp's 16 KB step in flight.
+    static constexpr int kMinBlocks = kHeadDim > 128 ? 2 : RowTiles == 1 ? 4 : 1;
     // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
     // of the key loop measured faster; two row tiles (registers to spare at 1 block per
-    // multiprocessor) measured slower with it (docs/decisions.md).
-    static constexpr bool kQueryInShared = RowTiles == 1;
+    // multiprocessor) measured slower with it (docs/decisions.md). At head dim 256 Q stays in
+    // registers: in shared memory, beside the block's merge buffer, it passed the 48 KB a block
+    // may ask for.
+    static constexpr bool kQueryInShared = RowTiles == 1 && kHeadDim <= 128;
 
     static_assert(kVec == 8 && kHeadDim % 64 == 0, "fragments are built from 16-byte vectors");
     static_assert(wave_size(Config::arch) == kGroupWidth, "MMAs take a whole warp");

@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
             for (int e = 0; e < T::kBlockKeys / 2; ++e) {
                 const int h = wgmma::row_half(e);
                 const float y = s[e] * scoring.rule.dot_scale;
-                float x = decltype(kCapped)::value ? scoring.rule.cap_log2 * ScoreRule::tanh_from_exp2_argument(y) : y;
+                float x = decltype(kCapped)::value ? scoring.rule.cap_log2 * tanh_of_scaled(y) : y;
                 if constexpr (decltype(kBiased)::value)
                     x -= fabsf(fmaf(-scoring.slope_log2[h], float(8 * (e / 4) + e % 2), base[h]));
                 s[e] = x;
