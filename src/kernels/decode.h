@@ -63,6 +63,13 @@ template <class T, class Config>
 int64_t resident_blocks() {
     static std::atomic<int> per_multiprocessor{0};
     if (per_multiprocessor.load(std::memory_order_relaxed) == 0) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+        // Past 48 KB of shared memory in all (the tensor-core variant's Q slots at head dim 256
+        // beside its merge buffer) a kernel must ask for its dynamic part.
+        if (cudaFuncSetAttribute(attend_kernel_of<T, Config>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(kMergeSharedBytes<T>)) != cudaSuccess)
+            return 0;
+#endif
         int blocks = 0;
         if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attend_kernel_of<T, Config>(), T::kThreads,
                                                          kMergeSharedBytes<T>) != hipSuccess)
@@ -96,12 +103,10 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
 template <class Config, int GroupWidth>
 inline constexpr bool kUsesWarpMma = has_mma_sync(Config::arch) && GroupWidth == wave_size(Config::arch) &&
                                      Config::head_dim % 64 == 0;
-// Head dims of 256 take them for plain launches only: their options variant would not fit a
-// lane's registers (its per-lane state and Q in shared memory, beside the block's merge buffer,
-// pass what a block may ask for), and the narrow few-keys ranges beside warp MMAs (decode/shape.h)
-// hold a row in a team of at most 16 lanes.
+// Beside them, the narrow few-keys ranges (decode/shape.h), whose teams of at most 16 lanes
+// hold a row of up to 128 columns in two vectors a lane.
 template <class Config, int GroupWidth>
-inline constexpr bool kEveryWarpMmaVariant = kUsesWarpMma<Config, GroupWidth> && Config::head_dim <= 128;
+inline constexpr bool kNarrowFewKeys = kUsesWarpMma<Config, GroupWidth> && Config::head_dim <= 128;
 // Query rows a pass of the tensor-core variant takes: two row tiles at head dims of 256 would
 // hold 128 accumulators a lane.
 template <class Config>
@@ -130,12 +135,12 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
     const int rows = rows_per_pass(p);
     const bool options = has_run_time_options(p);
     const Keys keys = key_variant(p.seqlen_kv, kFewKeyRange<Config, GroupWidth>,
-                                  kEveryWarpMmaVariant<Config, GroupWidth> && !options, rows_per_kv_head(p));
+                                  kNarrowFewKeys<Config, GroupWidth> && !options, rows_per_kv_head(p));
     if (options) {
         // One variant per key range instead of one per row count keeps the build time: more
         // rows than a pass holds take more passes. The few-keys variant serves two keys too.
         if (keys != Keys::many) return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::few>>{});
-        if constexpr (kEveryWarpMmaVariant<Config, GroupWidth>) return fn(WithOptions<MmaTraits<Config, 1>>{});
+        if constexpr (kUsesWarpMma<Config, GroupWidth>) return fn(WithOptions<MmaTraits<Config, 1>>{});
         else return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::many>>{});
     }
     if (keys == Keys::two) {
@@ -147,7 +152,7 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
     }
     if (keys == Keys::few) {
         // Beside warp MMAs the narrow ranges, one team per work item (decode/shape.h).
-        if constexpr (kEveryWarpMmaVariant<Config, GroupWidth>) {
+        if constexpr (kNarrowFewKeys<Config, GroupWidth>) {
             if (narrow_few_range(p.seqlen_kv) == 4) return with_few_keys<Config, GroupWidth, 4>(rows, fn);
             return with_few_keys<Config, GroupWidth, kMaxNarrowFewKeys>(rows, fn);
         } else {

@@ -61,8 +61,8 @@ TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
     EXPECT_EQ(decode::make_plan<T>(short_range, int64_t(1) << 40).splits, 2);
 }
 
-// Head dim 256 on warp MMAs where the arch has them: plain long key ranges only (its options
-// variant and the few-keys ranges stay on CUDA cores: decode.h, kEveryWarpMmaVariant).
+// Head dim 256 on warp MMAs where the arch has them: long key ranges, with run-time options
+// too; its few-keys ranges stay on CUDA cores (decode.h, kNarrowFewKeys).
 TEST(SplitPlan, HeadDim256LongKeysTakeWarpMmasWhereTheArchHasThem) {
     const auto variant = [](const FwdParams& p) {
         return decode::with_variant<Bf16Wide, wave_size(kArch)>(p, [](auto traits) {
@@ -73,7 +73,7 @@ TEST(SplitPlan, HeadDim256LongKeysTakeWarpMmasWhereTheArchHasThem) {
     FwdParams p = shape_params(problem<Bf16Wide>(1, 4096));
     EXPECT_EQ(variant(p), std::pair(has_mma_sync(kArch), decode::Keys::many));
     p.softcap = 30.f;
-    EXPECT_EQ(variant(p), std::pair(false, decode::Keys::many));
+    EXPECT_EQ(variant(p), std::pair(has_mma_sync(kArch), decode::Keys::many));
     p.softcap = 0.f, p.seqlen_kv = 6;
     EXPECT_EQ(variant(p), std::pair(false, decode::Keys::few));
 }

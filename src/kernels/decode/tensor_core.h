@@ -50,10 +50,10 @@ struct MmaTraits : BlockShape {
     static constexpr int kMinBlocks = kHeadDim > 128 ? 2 : RowTiles == 1 ? 4 : 1;
     // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
     // of the key loop measured faster; two row tiles (registers to spare at 1 block per
-    // multiprocessor) measured slower with it (docs/decisions.md). At head dim 256 Q stays in
-    // registers: in shared memory, beside the block's merge buffer, it passed the 48 KB a block
-    // may ask for.
-    static constexpr bool kQueryInShared = RowTiles == 1 && kHeadDim <= 128;
+    // multiprocessor) measured slower with it (docs/decisions.md). At head dim 256 they take
+    // 16 KB, which beside a split launch's merge buffer passes the 48 KB a block gets unasked
+    // (resident_blocks() asks).
+    static constexpr bool kQueryInShared = RowTiles == 1;
 
     static_assert(kVec == 8 && kHeadDim % 64 == 0, "fragments are built from 16-byte vectors");
     static_assert(wave_size(Config::arch) == kGroupWidth, "MMAs take a whole warp");
