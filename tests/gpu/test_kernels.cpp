@@ -259,8 +259,9 @@ INSTANTIATE_TEST_SUITE_P(AllKernels, Catalogue, ::testing::ValuesIn(catalogue_na
 
 // Every head_dim from 8 to 256 in steps of 8 that the build has no kernel for runs on the next
 // larger kernel of a family that serves smaller head_dims (zero-filled columns): prefill and
-// decode shapes, both masks, odd lengths, GQA, packed; a head_dim that is not a multiple of 8
-// is declined, not miscomputed.
+// decode shapes, both masks, odd lengths, GQA, packed. A head_dim that is not a multiple of 8
+// runs element by element on the tensor-core family's next larger kernel where the build has
+// one, else is declined with the reason, never miscomputed.
 TEST(RoundedHeadDims, EveryMultipleOfEightRunsOnALargerKernel) {
     SKIP_WITHOUT_GPU();
     int rounded = 0;
@@ -292,7 +293,15 @@ TEST(RoundedHeadDims, EveryMultipleOfEightRunsOnALargerKernel) {
     EXPECT_GT(rounded, 0) << "every head_dim had its own kernel: nothing was rounded";
     Problem odd;
     odd.head_dim = 59, odd.heads_q = 4, odd.heads_kv = 4, odd.seqlen_q = odd.seqlen_kv = 64;
-    EXPECT_EQ(select_kernel(odd, *test_device().arch).entry, nullptr);
+    const Selection odd_choice = select_kernel(odd, *test_device().arch);
+    if (!odd_choice.entry) {
+        EXPECT_NE(odd_choice.reason.find("not a multiple of 8"), std::string::npos) << odd_choice.reason;
+        return;
+    }
+    EXPECT_EQ(odd_choice.entry->key.family, Family::mmaprefill) << odd_choice.reason;
+    EXPECT_GT(odd_choice.entry->key.head_dim, 59);
+    const CaseResult r = run_case(*odd_choice.entry, {odd, {}, seed});
+    EXPECT_TRUE(r.passed) << odd_choice.entry->name << " for d59: " << r.message;
 }
 
 // Long sequences, for the kernels of one shape per mask and family (each case takes the
