@@ -160,7 +160,7 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         }
     }
     if constexpr (kUsesWarpMma<Config, GroupWidth>) {
-        if (rows <= 8 || kMaxMmaRowTiles<Config> == 1) return fn(MmaTraits<Config, 1>{});
+        if (rows <= 8) return fn(MmaTraits<Config, 1>{});
         return fn(MmaTraits<Config, kMaxMmaRowTiles<Config>>{});
     } else {
         if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::many>{});

@@ -77,7 +77,6 @@ struct ScoreRule {
 
     // The ALiBi bias of `key` for a row at `diagonal`, to subtract from its score.
     __device__ static float bias(float slope_log2, int diagonal, int key) { return slope_log2 * float(abs(diagonal - key)); }
-
 };
 
 // The scoring options' state for MMA accumulator fragments (the tensor-core prefill family,
