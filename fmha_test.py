@@ -231,6 +231,8 @@ def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):
     (["-bwd", "-alibi"], "-bwd: the serving options have no backward kernel"),
     (["-bwd", "-paged-kv", "-bf16"], "-bwd: the serving options have no backward kernel"),
     (["-bwd", "-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_sm90"], "-bwd does not take -kernel yet"),
+    (["-dropout", "1"], "flag -dropout expects a probability in [0, 1), got '1'"),
+    (["-bwd", "-dropout", "0.1"], "-bwd does not take -dropout yet"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
     result = fmha(*args)
@@ -530,6 +532,11 @@ SERVING_RUNS = {
     "softcap_prefill_d64_long_tiles": ["-b", "2", "-h", "8", "-s", "1000", "-d", "64", "-softcapping-scale-bmm1", "30"],
     "alibi_packed_prefill_d256_bf16": ["-b", "6", "-h", "8", "-gqa", "4", "-s", "700", "-min-s", "1", "-d", "256",
                                        "-layout", "packed", "-causal-mask", "-alibi", "-bf16"],
+    # Dropout: the reference applies the mask the kernel drew (launch_dropout_mask).
+    "dropout_prefill_causal_gqa_bf16": ["-b", "2", "-h", "8", "-gqa", "2", "-s", "333", "-s-q", "200", "-d", "128",
+                                        "-causal-mask", "-dropout", "0.17", "-bf16"],
+    "dropout_prefill_varlen_softcap": ["-b", "3", "-h", "4", "-s", "500", "-min-s", "1", "-d", "64", "-dropout", "0.5",
+                                       "-softcapping-scale-bmm1", "30"],
 }
 
 # Packed variable-length batches (-layout packed: cu_seqlens, lengths as -min-s draws them, odd

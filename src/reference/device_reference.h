@@ -24,9 +24,11 @@ hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, ui
 // (variable lengths) are written as zeros. lse (optional): each row's softmax log-sum-exp in
 // natural log, fp32 [batch, heads_q, seqlen_q]; -inf for a row that sees no key, and for rows
 // past a sequence's length. The mask is params.window's, applied always (FwdParams::window:
-// a problem without a mask has both sides unbounded).
+// a problem without a mask has both sides unbounded). kept (with params.dropout.p > 0): uint8
+// [batch, heads_q, seqlen_q, seqlen_kv], 1 where the dropout mask keeps an element
+// (launch_dropout_mask, fmha/dropout_mask.h).
 hipError_t reference_forward(const FwdParams& params, DType dtype, float* out, float* lse = nullptr,
-                             hipStream_t stream = nullptr);
+                             hipStream_t stream = nullptr, const uint8_t* kept = nullptr);
 
 // The backward's gradients in fp32, contiguous: dq [batch, heads_q, seqlen_q, head_dim], dk and
 // dv [batch, heads_kv, seqlen_kv, head_dim] (summed over each KV head's query heads), from

@@ -50,11 +50,12 @@ __device__ inline int64_t row_offset(const TensorStrides& s, const int* cu_seqle
 
 // One thread per query row: pass 1 finds the row maximum, pass 2 accumulates exp-weighted V
 // in column chunks (recomputing the scores per chunk keeps per-thread state small). Scores
-// follow FwdParams' rule: softcapping, then ALiBi, then the mask.
+// follow FwdParams' rule: softcapping, then ALiBi, then the mask. With dropout, V's weights
+// are the probabilities times kept[row][key] / (1 - p) (the sum and the LSE are not).
 constexpr int kChunk = 64;
 
 template <DType kDType>
-__global__ void reference_kernel(const FwdParams p, float* out, float* lse) {
+__global__ void reference_kernel(const FwdParams p, float* out, float* lse, const uint8_t* kept) {
     const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
     for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < rows; row += int64_t(gridDim.x) * blockDim.x) {
         const int i = int(row % p.seqlen_q);
@@ -98,8 +99,9 @@ __global__ void reference_kernel(const FwdParams p, float* out, float* lse) {
             for (int j = first; j <= last; ++j) {
                 const float weight = expf(score(j) - row_max);
                 sum += weight;
+                const float v_weight = kept ? weight * kept[row * p.seqlen_kv + j] / (1.f - p.dropout.p) : weight;
                 const int64_t v_row = kv_row(p.v_strides, j);
-                for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) acc[c] += weight * load<kDType>(p.v, v_row + c0 + c);
+                for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) acc[c] += v_weight * load<kDType>(p.v, v_row + c0 + c);
             }
             for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) o[c0 + c] = acc[c] / sum;
             if (lse && c0 == 0) lse[row] = row_max + logf(sum);
@@ -274,9 +276,9 @@ struct FillLaunch {
 
 template <DType kDType>
 struct ReferenceLaunch {
-    static hipError_t run(const FwdParams& p, float* out, float* lse, hipStream_t stream) {
+    static hipError_t run(const FwdParams& p, float* out, float* lse, const uint8_t* kept, hipStream_t stream) {
         const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-        reference_kernel<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, out, lse);
+        reference_kernel<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, out, lse, kept);
         return hipGetLastError();
     }
 };
@@ -308,8 +310,9 @@ hipError_t fill_random(void* data, int64_t count, DType dtype, uint64_t seed, ui
     return dispatch<FillLaunch>(dtype, data, count, key, range, stream);
 }
 
-hipError_t reference_forward(const FwdParams& params, DType dtype, float* out, float* lse, hipStream_t stream) {
-    return dispatch<ReferenceLaunch>(dtype, params, out, lse, stream);
+hipError_t reference_forward(const FwdParams& params, DType dtype, float* out, float* lse, hipStream_t stream,
+                             const uint8_t* kept) {
+    return dispatch<ReferenceLaunch>(dtype, params, out, lse, kept, stream);
 }
 
 hipError_t reference_backward(const BwdParams& params, DType dtype, float* dq, float* dk, float* dv, hipStream_t stream) {

@@ -61,7 +61,8 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
     std::set<std::string> given;  // a flag given twice is an error, not "the last one wins"
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& flag = args[i];
-        const bool known = switches.count(flag) || int_flags.count(flag) || flag == "-scale-bmm1" || flag == "-softcapping-scale-bmm1" || flag == "-kernel" ||
+        const bool known = switches.count(flag) || int_flags.count(flag) || flag == "-scale-bmm1" || flag == "-softcapping-scale-bmm1" ||
+                           flag == "-dropout" || flag == "-kernel" ||
                            flag == "-layout" || flag == "-save-tensors" || flag == "-seed";
         if (!known) {
             parsed.errors.push_back("unknown flag '" + flag + "'");
@@ -111,6 +112,11 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
                 (p.softcap != 0.f && std::fpclassify(p.softcap) != FP_NORMAL))
                 parsed.errors.push_back("flag -softcapping-scale-bmm1 expects a finite fp32 number > 0 (or 0: off), got '" +
                                         value + "'");
+        } else if (flag == "-dropout") {
+            char* end = nullptr;
+            p.dropout = std::strtof(value.c_str(), &end);
+            if (*end != '\0' || !(p.dropout >= 0.f && p.dropout < 1.f))
+                parsed.errors.push_back("flag -dropout expects a probability in [0, 1), got '" + value + "'");
         } else if (flag == "-layout") {
             if (!parse_layout(value, &p.layout))
                 parsed.errors.push_back("flag -layout expects bhsd, bshd, qkv-packed or packed, got '" + value + "'");
@@ -152,7 +158,7 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
         parsed.errors.push_back("-sliding-window-size must be positive (got " + std::to_string(window) + ")");
     if (given.count("-fp16") && given.count("-bf16")) parsed.errors.push_back("-fp16 and -bf16 disagree: give one");
     if (o.backward) {  // the backward kernels' reach (select_bwd_kernel says the rest)
-        for (const char* flag : {"-save-tensors", "-kernel"})
+        for (const char* flag : {"-save-tensors", "-kernel", "-dropout"})
             if (given.count(flag)) parsed.errors.push_back(std::string("-bwd does not take ") + flag + " yet");
     }
     if (o.list) {  // -list describes no problem: any other flag is a mistake, not something to ignore
@@ -201,6 +207,10 @@ Problem (defaults in brackets):
                           through a block table of int32 page indices [b, pages per sequence]
                           (pages shuffled at random); -layout then places Q and O only
   -page-size N            keys per page with -paged-kv, a power of two from 16 to 256 [64]
+  -dropout P              attention dropout with probability P in [0, 1) on the tensor-core
+                          prefill family: the kernel's own Philox mask (seed -seed, offset 0),
+                          kept probabilities scaled by 1/(1-P); the reference applies the same
+                          mask [0: off; forward only]
 
 Run:
   -runs N                 timed runs [100]

@@ -23,7 +23,8 @@ DeviceBuffer::~DeviceBuffer() {
 TensorSet::TensorSet(const Problem& p)
     : problem(p), sizes(buffer_sizes(p)), qkv(sizes.q * 2), k(sizes.k * 2), v(sizes.v * 2), o(sizes.o * 2),
       alibi_slopes(p.alibi ? sizeof(float) * p.heads_q : 0),
-      block_table(sizeof(int) * int64_t(p.batch) * paged_kv_shape(p).max_pages_per_seq) {
+      block_table(sizeof(int) * int64_t(p.batch) * paged_kv_shape(p).max_pages_per_seq),
+      dropout_seed_offset(p.dropout != 0.f ? 2 * sizeof(int64_t) : 0) {
     const LayoutStrides s = layout_strides(p);
     const bool packed = p.layout == Layout::qkv_packed;
     params = shape_params(p);
@@ -37,6 +38,7 @@ TensorSet::TensorSet(const Problem& p)
         params.alibi_slopes = alibi_slopes.get<float>();
     }
     if (p.paged()) params.block_table = block_table.get<int>();
+    if (p.dropout != 0.f) params.dropout.seed_offset = dropout_seed_offset.get<int64_t>();
 }
 
 void TensorSet::fill(const Problem& p, uint64_t seed, float q_range) {
@@ -59,6 +61,11 @@ void TensorSet::fill(const Problem& p, uint64_t seed, float q_range) {
         check(hipMemset(k.get<char>() + spare_page * page_bytes, 0xff, page_bytes), "poisoning the spare K page");
         check(hipMemset(v.get<char>() + spare_page * page_bytes, 0xff, page_bytes), "poisoning the spare V page");
         upload_block_table();
+    }
+    if (p.dropout != 0.f) {  // the input set's seed keys its dropout mask too (offset 0)
+        const int64_t seed_offset[2] = {int64_t(seed), 0};
+        check(hipMemcpy(dropout_seed_offset.get(), seed_offset, sizeof(seed_offset), hipMemcpyHostToDevice),
+              "copying the dropout seed");
     }
     poison_output();
 }

@@ -87,6 +87,7 @@ struct TensorSet {
     std::unique_ptr<DeviceBuffer> lse;  // fp32 [batch, heads_q, seqlen_q], when requested
     DeviceBuffer alibi_slopes;          // fp32 [heads_q], with ALiBi
     DeviceBuffer block_table;           // int32 [batch, max_pages_per_seq], paged
+    DeviceBuffer dropout_seed_offset;   // int64 {seed, offset} in device memory, with dropout
     std::vector<int> host_block_table;  // its contents
     int spare_page = -1;                // the page no sequence's keys use (paged)
     FwdParams params;

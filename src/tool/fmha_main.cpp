@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <vector>
 
+#include "fmha/dropout_mask.h"
 #include "fmha/heuristics.h"
 #include "fmha/host_numeric.h"
 #include "platform/device.h"
@@ -261,8 +262,14 @@ bool print_check(const char* label, const CompareResult& result, const Tolerance
 // each; true when all passed.
 bool check_against_reference(const Problem& p, const FwdParams& params, Reference& reference, float* reference_ms) {
     float* lse = reference.lse ? reference.lse->get<float>() : nullptr;
+    // With dropout, the mask the kernel drew (its Philox stream, written out) for the reference.
+    DeviceBuffer kept(p.dropout != 0.f ? size_t(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_kv : 0);
+    if (p.dropout != 0.f)
+        check(launch_dropout_mask(params.dropout, p.batch, p.heads_q, p.seqlen_q, p.seqlen_kv, kept.get<uint8_t>(), nullptr),
+              "writing the dropout mask");
     *reference_ms = device_ms("running the reference", [&] {
-        check(reference_forward(params, p.dtype, reference.o.get<float>(), lse), "launching the reference");
+        check(reference_forward(params, p.dtype, reference.o.get<float>(), lse, nullptr, kept.get<uint8_t>()),
+              "launching the reference");
     });
     const Tolerance tol = default_tolerance(p.dtype);
     CompareResult result;
@@ -387,6 +394,7 @@ int run(const Options& o) {
         std::string why;
         bool served = false;
         for (size_t arch = 0; arch < std::size(kArchFacts) && !served; ++arch) {
+            if (platform_of(static_cast<Arch>(arch)) != build_platform()) continue;  // the reason names this build's archs
             const BwdSelection selection = select_bwd_kernel(p, static_cast<Arch>(arch));
             served = selection.entry != nullptr;
             if (why.empty()) why = selection.reason;

@@ -108,6 +108,15 @@ TEST(Cli, BadServingOptions) {
     EXPECT_FALSE(parse({"-paged-kv", "-layout", "qkv-packed"}).options.problem.validate().empty());
 }
 
+TEST(Cli, Dropout) {
+    const ParsedCli cli = parse({"-dropout", "0.17"});
+    ASSERT_TRUE(cli.errors.empty());
+    EXPECT_FLOAT_EQ(cli.options.problem.dropout, 0.17f);
+    EXPECT_EQ(parse({}).options.problem.dropout, 0.f);
+    for (const char* p : {"1", "-0.1", "1.5", "nan", "x", "0.5x"}) EXPECT_FALSE(parse({"-dropout", p}).errors.empty()) << p;
+    EXPECT_FALSE(parse({"-bwd", "-dropout", "0.1"}).errors.empty());  // forward only, for now
+}
+
 TEST(Cli, BadInputIsReportedNotGuessed) {
     EXPECT_FALSE(parse({"-bogus"}).errors.empty());
     // -list prints the catalogue only: a problem flag beside it is an error, not ignored.
@@ -146,7 +155,7 @@ TEST(Cli, UsageMentionsEveryFlag) {
     for (const char* flag : {"-b ", "-h ", "-d ", "-s ", "-s-q", "-min-s", "-gqa", "-mqa", "-fp16", "-bf16", "-causal-mask",
                              "-sliding-window-size", "-runs", "-warm-up-runs", "-scale-bmm1", "-skip-checks", "-v ", "-list",
                              "-kernel", "-save-tensors", "-layout", "bottom-right", "-softcapping-scale-bmm1", "-alibi",
-                             "-paged-kv", "-page-size", "-bwd"})
+                             "-paged-kv", "-page-size", "-bwd", "-dropout"})
         EXPECT_NE(text.find(flag), std::string::npos) << flag;
 }
 
