@@ -191,6 +191,17 @@ def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):
 
 # ---------------------------------------------------------------- fmha.exe without a GPU
 
+def test_the_deterministic_backward_is_refused_where_not_built():
+    """-bwd -deterministic where the generator built no deterministic loop: exit 2 naming its flag (no GPU needed)."""
+    if json.loads((REPO / "generated" / "selection.json").read_text()).get("deterministic_backward"):
+        pytest.skip("this build has the deterministic loop (setup.py --deterministic-backward)")
+    result = fmha("-bwd", "-deterministic", "-d", "128", "-b", "1", "-h", "2", "-s", "64", "-bf16")
+    if "no backward kernel in this build" in result.stderr:
+        pytest.skip("no backward kernel in this build: " + result.stderr.strip())
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no deterministic mode" in result.stderr and "--deterministic-backward" in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["-bogus"], "unknown flag '-bogus'"),
     (["-b"], "needs a value"),
@@ -232,7 +243,7 @@ def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):
     (["-bwd", "-paged-kv", "-bf16"], "-bwd: the serving options have no backward kernel"),
     (["-bwd", "-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_sm90"], "-bwd does not take -kernel yet"),
     (["-dropout", "1"], "flag -dropout expects a probability in [0, 1), got '1'"),
-    (["-bwd", "-dropout", "0.1"], "-bwd does not take -dropout yet"),
+    (["-deterministic"], "-deterministic is an option of the backward: give -bwd too"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
     result = fmha(*args)
@@ -642,6 +653,18 @@ BACKWARD_RUNS = {  # fmha.exe -bwd: odd lengths, GQA, both dtypes, a two-sided w
     "packed_d64_fp16": ["-d", "64", "-b", "5", "-h", "4", "-s", "190", "-min-s", "3", "-layout", "packed", "-fp16"],
     "packed_d256_bf16": ["-d", "256", "-b", "4", "-h", "2", "-s", "150", "-min-s", "1", "-layout", "packed",
                          "-causal-mask", "-bf16"],
+    # dropout: the reference backward applies the mask the forward kernel drew
+    "dropout_gqa_causal_bf16": ["-d", "128", "-b", "2", "-h", "8", "-gqa", "2", "-s", "333", "-s-q", "200", "-causal-mask",
+                                "-dropout", "0.17", "-bf16"],
+    "dropout_packed_d64_fp16": ["-d", "64", "-b", "4", "-h", "4", "-s", "250", "-min-s", "1", "-layout", "packed",
+                                "-dropout", "0.5", "-fp16"],
+    # deterministic: a second launch gives the same bits (each head dim's dQ path: TMA adds, atomics)
+    "deterministic_d128_causal_bf16": ["-d", "128", "-b", "2", "-h", "8", "-gqa", "4", "-s", "1500", "-s-q", "900",
+                                       "-causal-mask", "-deterministic", "-bf16"],
+    "deterministic_d64_window_fp16": ["-d", "64", "-b", "3", "-h", "4", "-s", "777", "-window-left", "200",
+                                      "-window-right", "30", "-deterministic", "-fp16"],
+    "deterministic_d256_packed_bf16": ["-d", "256", "-b", "5", "-h", "4", "-gqa", "2", "-s", "600", "-min-s", "1",
+                                       "-layout", "packed", "-deterministic", "-bf16"],
 }
 
 
@@ -651,9 +674,12 @@ def test_fmha_exe_checks_the_backward(name):
     result = fmha("-bwd", *BACKWARD_RUNS[name], "-runs", "3", "-warm-up-runs", "1")
     if result.returncode == 2 and "no backward kernel in this build" in result.stderr:
         pytest.skip("no backward kernel for this device in this build: " + result.stderr.strip().splitlines()[0])
+    if result.returncode == 2 and "no deterministic mode" in result.stderr:
+        pytest.skip("this build's backward has no deterministic loop (setup.py --deterministic-backward builds it)")
     assert result.returncode == 0, result.stdout + result.stderr
     for gradient in ("dQ", "dK", "dV"):
         assert f"Checks {gradient}.....: SUCCESS" in result.stdout, result.stdout
+    assert ("Checks rerun..: SUCCESS" in result.stdout) == ("-deterministic" in BACKWARD_RUNS[name]), result.stdout
     assert re.search(r"Elapsed \.+: [\d.]+ us \(backward\), [\d.]+ Tflop/s", result.stdout), result.stdout
 
 

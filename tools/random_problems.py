@@ -3,7 +3,7 @@
 
 Draws forward and backward problems over every axis fmha.exe has: odd lengths and head dims,
 GQA/MQA ratios, masks and windows, layouts (packed varlen too), softcapping, ALiBi, paged KV,
-the LSE, dropout, and runs each once with its checks. Prints every problem that does not pass:
+the LSE, dropout, the deterministic backward, and runs each once with its checks. Prints every problem that does not pass:
 a failed check (exit 1), a crash or a runtime error (exit 3 with a GPU present), a timeout.
 Refusals (exit 2: no kernel for it, or an option a path does not take) are counted, not failures.
 
@@ -54,10 +54,10 @@ def draw(rng):
             args += ["-paged-kv", "-page-size", rng.choice([16, 32, 64, 128, 256])]
         if rng.random() < 0.3:
             args += ["-lse"]
-        if rng.random() < 0.15:
-            args += ["-dropout", rng.choice([0.1, 0.3, 0.5])]
     else:
-        args = ["-bwd"] + args
+        args = ["-bwd"] + args + (["-deterministic"] if rng.random() < 0.2 else [])
+    if rng.random() < 0.15:
+        args += ["-dropout", rng.choice([0.1, 0.3, 0.5])]
     return [str(a) for a in args]
 
 

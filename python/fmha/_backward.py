@@ -13,8 +13,10 @@ _plans = {}  # problem key -> (library, Plan, Problem, kernel name) or None (no 
 _MAX_PLANS = 4096
 
 
-def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p, total_q):
-    key = (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p, total_q)
+def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p, total_q,
+          deterministic):
+    key = (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p, total_q,
+           deterministic)
     if key in _plans:
         return _plans[key]
     if len(_plans) >= _MAX_PLANS:
@@ -24,7 +26,8 @@ def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, 
         library = _library.load()
         masked = int(left >= 0 or right >= 0)  # FlashAttention's window_size; causal is (-1, 0)
         problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, masked, left, right,
-                                   scale, int(total_q > 0), dropout_p=dropout_p, total_q=total_q)
+                                   scale, int(total_q > 0), dropout_p=dropout_p, total_q=total_q,
+                                   deterministic=int(deterministic))
         plan, kernel, _ = library.plan_backward(problem, device)
         found = (library, plan, problem, kernel)
     except (OSError, _library.LibraryError):
@@ -49,13 +52,13 @@ def _strides(t):
     return batch, heads, seqlen
 
 
-def kernel_name(q, k, scale, left, right, dropout_p=0.0, packed=None):
+def kernel_name(q, k, scale, left, right, dropout_p=0.0, packed=None, deterministic=False):
     """The backward kernel that would serve these tensors and options, or None."""
-    found = _find(q, k, scale, left, right, dropout_p, packed)
+    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic)
     return found[3] if found else None
 
 
-def _find(q, k, scale, left, right, dropout_p, packed):
+def _find(q, k, scale, left, right, dropout_p, packed, deterministic=False):
     dtype = _DTYPES.get(q.dtype)
     if dtype is None or not q.is_cuda or q.dim() != (3 if packed else 4):
         return None
@@ -67,18 +70,19 @@ def _find(q, k, scale, left, right, dropout_p, packed):
         (batch, seqlen_q, heads, head_dim), total_q = q.shape, 0
         seqlen_kv, heads_kv = k.shape[1], k.shape[2]
     return _plan(q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, 2**31 - 1),
-                 min(right, 2**31 - 1), scale, dropout_p, total_q)
+                 min(right, 2**31 - 1), scale, dropout_p, total_q, deterministic)
 
 
 def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right, dropout_p=0.0,
-        dropout_seed_offset=None, packed=None):
+        dropout_seed_offset=None, packed=None, deterministic=False):
     """(dq, dk, dv) like q, k, v by a backward kernel, or None where none serves the call.
     dropout_p, dropout_seed_offset: the forward kernel's dropout (fmha._dropout). packed:
     (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), contiguous int32, for packed
-    tokens q [total_q, h, d] and k, v [total_k, h_kv, d] (their LSE [h, total_q]), else None."""
+    tokens q [total_q, h, d] and k, v [total_k, h_kv, d] (their LSE [h, total_q]), else None.
+    deterministic: dQ summed in a fixed order (bitwise-equal gradients for equal inputs)."""
     if lse is None or lse.numel() == 0:
         return None
-    found = _find(q, k, scale, left, right, dropout_p, packed)
+    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic)
     if found is None:
         return None
     library, plan, problem, kernel = found

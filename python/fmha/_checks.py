@@ -60,11 +60,11 @@ def dropout(p):
 
 
 def deterministic(value):
-    """FlashAttention's deterministic backward is not offered yet: the backward kernels add dQ's
-    partial sums in an order that varies between runs. False is taken, True refused."""
-    if value:
-        raise ValueError("deterministic=True is not supported: fmha's backward adds dQ's partial sums in an order "
-                         "that varies between runs; pass deterministic=False")
+    """FlashAttention's flag: True asks the backward kernels to add dQ's partial sums in a fixed
+    order (bitwise-reproducible gradients, at some speed); a PyTorch recompute is so anyway."""
+    if not isinstance(value, (bool, int)) or value not in (0, 1):
+        raise ValueError(f"deterministic must be True or False, got {value!r}")
+    return bool(value)
 
 
 def window(window_size, causal):

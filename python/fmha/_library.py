@@ -9,7 +9,7 @@ import os
 import struct
 from pathlib import Path
 
-ABI_VERSION = 5  # FMHA_ABI_VERSION of the header these structures mirror
+ABI_VERSION = 6  # FMHA_ABI_VERSION of the header these structures mirror
 
 # fmha_status
 OK, INVALID_ARGUMENT, NO_KERNEL, NO_DEVICE, RUNTIME_ERROR = range(5)
@@ -25,7 +25,7 @@ class Problem(ctypes.Structure):
                 ("seqlen_q", _c_int32), ("seqlen_kv", _c_int32), ("head_dim", _c_int32), ("masked", _c_int32),
                 ("window_left", _c_int32), ("window_right", _c_int32), ("scale", ctypes.c_float), ("packed", _c_int32),
                 ("softcap", ctypes.c_float), ("alibi", _c_int32), ("page_size", _c_int32), ("max_pages_per_seq", _c_int32),
-                ("dropout_p", ctypes.c_float), ("total_q", _c_int32)]
+                ("dropout_p", ctypes.c_float), ("total_q", _c_int32), ("deterministic", _c_int32)]
 
 
 class Tensors(ctypes.Structure):

@@ -22,8 +22,8 @@ from . import _backward as _backward_kernels, _dropout, _math, backends
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlens_q: Optional[torch.Tensor],
                  seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int, window_right: int,
                  dropout_p: float, return_lse: bool, strict: Optional[bool], softcap: float,
-                 alibi_slopes: Optional[torch.Tensor], dropout_seed_offset: Optional[torch.Tensor] = None
-                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+                 alibi_slopes: Optional[torch.Tensor], dropout_seed_offset: Optional[torch.Tensor] = None,
+                 deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     out, lse = backends.run(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p,
                             return_lse, strict, softcap, alibi_slopes, dropout_seed_offset)
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
@@ -31,7 +31,7 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlens_q: O
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, return_lse,
-                    strict, softcap, alibi_slopes, dropout_seed_offset=None):
+                    strict, softcap, alibi_slopes, dropout_seed_offset=None, deterministic=False):
     batch, seqlen_q, heads, head_dim = q.shape
     lse_shape = (batch, heads, seqlen_q) if return_lse else (0,)
     return q.new_empty((batch, seqlen_q, heads, head_dim)), q.new_empty(lse_shape, dtype=torch.float32)
@@ -41,10 +41,10 @@ def _attention_fake(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, 
 def attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
                           v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, seqlens_q: Optional[torch.Tensor],
                           seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int,
-                          window_right: int, dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None
-                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                          window_right: int, dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None,
+                          deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grads = _backward_kernels.run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, softmax_scale, window_left,
-                                  window_right, dropout_p, dropout_seed_offset)
+                                  window_right, dropout_p, dropout_seed_offset, deterministic=deterministic)
     if grads is None:
         grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, softmax_scale,
                                          window_left, window_right, dropout_p=dropout_p,
@@ -54,7 +54,7 @@ def attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tenso
 
 @attention_backward_op.register_fake
 def _attention_backward_fake(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, softmax_scale, window_left,
-                             window_right, dropout_p=0.0, dropout_seed_offset=None):
+                             window_right, dropout_p=0.0, dropout_seed_offset=None, deterministic=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -67,17 +67,17 @@ def _keep_mask(dropout_p, seed_offset, q, k):
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p, _, _, softcap, alibi,
-     seed_offset) = inputs
+     seed_offset, deterministic) = inputs
     if dropout_p > 0 and seed_offset is None:  # fmha.attention routes such calls to PyTorch's own autograd instead
         raise RuntimeError("fmha::attention has no backward for dropout_p > 0 without a dropout seed and offset")
     out, lse = output
     ctx.save_for_backward(q, k, v, seqlens_q, seqlens_kv, out, lse, alibi, seed_offset)
-    ctx.options = (softmax_scale, window_left, window_right, dropout_p, softcap)
+    ctx.options = (softmax_scale, window_left, window_right, dropout_p, softcap, deterministic)
 
 
 def _backward(ctx, grad_out, grad_lse):
     q, k, v, seqlens_q, seqlens_kv, out, lse, alibi_slopes, seed_offset = ctx.saved_tensors
-    scale, left, right, dropout_p, softcap = ctx.options
+    scale, left, right, dropout_p, softcap, deterministic = ctx.options
     if grad_lse is not None and grad_lse.numel() == 0:
         grad_lse = None
     if softcap or alibi_slopes is not None:  # no backward kernel takes the scoring options yet
@@ -85,18 +85,18 @@ def _backward(ctx, grad_out, grad_lse):
                                          softcap, alibi_slopes, dropout_p, _keep_mask(dropout_p, seed_offset, q, k))
     else:
         grads = attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right,
-                                      dropout_p, seed_offset)
-    return tuple(grads) + (None,) * 11
+                                      dropout_p, seed_offset, deterministic)
+    return tuple(grads) + (None,) * 12
 
 
 attention_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, softcap=0.0,
-              alibi_slopes=None):
+              alibi_slopes=None, deterministic=False):
     """(out [b, s_q, h, d], LSE [b, h, s_q] or None) of checked arguments (fmha._checks), by the
     cheapest path that is correct for the context: eager forward-only calls run the backend
-    directly; autograd and torch.compile go through the operator."""
+    directly; autograd and torch.compile go through the operator. deterministic: the backward's."""
     options = (softcap, alibi_slopes)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     seed_offset = None
@@ -111,7 +111,7 @@ def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, ret
     if needs_grad or torch.compiler.is_compiling():
         # A call that may be differentiated saves its LSE: the backward kernels start from it.
         out, lse = attention_op(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p,
-                                return_lse or needs_grad, strict, *options, seed_offset)
+                                return_lse or needs_grad, strict, *options, seed_offset, deterministic)
         return out, lse if return_lse else None
     return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, *options,
                         seed_offset)

@@ -37,7 +37,8 @@ def _lengths(cu_seqlens):
 def attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
                         window_left: int, window_right: int, dropout_p: float, strict: Optional[bool],
-                        dropout_seed_offset: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                        dropout_seed_offset: Optional[torch.Tensor] = None, deterministic: bool = False
+                        ) -> Tuple[torch.Tensor, torch.Tensor]:
     batch = cu_seqlens_q.shape[0] - 1
     launch, why_not = _catalogue.prepare(q, k, v, None, softmax_scale, window_left, window_right, dropout_p,
                                          packed=(batch, max_seqlen_q, max_seqlen_k))
@@ -55,7 +56,7 @@ def attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
 
 @attention_varlen_op.register_fake
 def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
-                           window_right, dropout_p, strict, dropout_seed_offset=None):
+                           window_right, dropout_p, strict, dropout_seed_offset=None, deterministic=False):
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
@@ -64,11 +65,11 @@ def attention_varlen_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torc
                                  k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                                  cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
                                  max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int,
-                                 dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None
-                                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                                 dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None,
+                                 deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     packed = (cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q, max_seqlen_k)
     grads = _backward.run(grad_out, grad_lse, q, k, v, out, lse, None, None, softmax_scale, window_left, window_right,
-                          dropout_p, dropout_seed_offset, packed=packed)
+                          dropout_p, dropout_seed_offset, packed=packed, deterministic=deterministic)
     if grads is None:  # PyTorch's recompute on the padded batch
         keep = None
         if dropout_p > 0 and dropout_seed_offset is not None:
@@ -87,23 +88,24 @@ def attention_varlen_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torc
 @attention_varlen_backward_op.register_fake
 def _attention_varlen_backward_fake(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, softmax_scale, window_left, window_right, dropout_p=0.0,
-                                    dropout_seed_offset=None):
+                                    dropout_seed_offset=None, deterministic=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p, _, seed_offset = inputs
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p, _, seed_offset,
+     deterministic) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, seed_offset)
-    ctx.options = (max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p)
+    ctx.options = (max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p, deterministic)
 
 
 def _backward_of(ctx, grad_out, grad_lse):
     q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, seed_offset = ctx.saved_tensors
-    max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p = ctx.options
+    max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p, deterministic = ctx.options
     grads = attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                         max_seqlen_k, scale, left, right, dropout_p, seed_offset)
-    return tuple(grads) + (None,) * 10
+                                         max_seqlen_k, scale, left, right, dropout_p, seed_offset, deterministic)
+    return tuple(grads) + (None,) * 11
 
 
 attention_varlen_op.register_autograd(_backward_of, setup_context=_setup_context)
@@ -115,8 +117,10 @@ def serves(paged, softcap, alibi_slopes, dropout_p, q):
     return not paged and not softcap and alibi_slopes is None and (dropout_p == 0 or _dropout.usable(q))
 
 
-def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p, strict):
-    """(out [total_q, h, d], LSE [h, total_q]) of checked arguments through the operator."""
+def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p, strict,
+              deterministic=False):
+    """(out [total_q, h, d], LSE [h, total_q]) of checked arguments through the operator;
+    deterministic: the backward's."""
     seed_offset = _dropout.seed_offset(q.device) if dropout_p > 0 else None
     return attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right,
-                               dropout_p, strict, seed_offset)
+                               dropout_p, strict, seed_offset, deterministic)

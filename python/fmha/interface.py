@@ -18,11 +18,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     [heads] or [batch, heads]; adds -slope * |i + seqlen_kv - seqlen_q - j| after the softcap
     (FlashAttention's order). strict: raise fmha.UnsupportedError instead of falling back to
     PyTorch's attention (default: the FMHA_STRICT environment variable). deterministic: as
-    FlashAttention's, but only False is taken (fmha's backward adds dQ in a varying order).
+    FlashAttention's: the backward gives bitwise-equal gradients for equal inputs.
     Views whose last dimension is contiguous are read in place.
     """
-    if deterministic:
-        _checks.deterministic(deterministic)
+    deterministic = _checks.deterministic(deterministic)
     key, result = _fastpath.run("flash_attn_func", (q, k, v, alibi_slopes),
                                 (dropout_p, softmax_scale, causal, softcap, window_size), None, return_lse, alibi_slopes)
     if result is None:
@@ -34,7 +33,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         _checks.alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
         _fastpath.keep(key, q, k, v, None, scale, left, right, dropout_p, softcap=softcap, alibi_slopes=alibi_slopes)
         result = attention(q, k, v, None, None, scale, left, right, dropout_p, return_lse, strict, softcap,
-                           alibi_slopes)
+                           alibi_slopes, deterministic)
     return result if return_lse else result[0]
 
 
@@ -87,7 +86,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     so do those with autograd or under torch.compile that page the keys or use softcap or
     ALiBi, which no backward kernel takes.
     """
-    _checks.deterministic(deterministic)
+    deterministic = _checks.deterministic(deterministic)
     paged = block_table is not None
     layout = "[total_tokens, heads, head_dim]"
     if paged:
@@ -118,7 +117,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     compiling = torch.compiler.is_compiling()
     if (needs_grad or compiling) and _varlen.serves(paged, softcap, alibi_slopes, dropout_p, q):
         out, lse = _varlen.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right,
-                                     dropout_p, strict)
+                                     dropout_p, strict, deterministic)
         return (out, lse) if return_lse else out
     if not needs_grad and not compiling and cu_seqlens_q.is_contiguous() and cu_seqlens_k.is_contiguous():
         launch, why_not = _catalogue.prepare(q, k, v, None, scale, left, right, dropout_p,
@@ -139,7 +138,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     else:
         k_padded, v_padded = (_varlen.padded(t, cu_seqlens_k, max_seqlen_k) for t in (k, v))
     out, lse = attention(_varlen.padded(q, cu_seqlens_q, max_seqlen_q), k_padded, v_padded, seqlens_q, seqlens_k, scale,
-                         left, right, dropout_p, return_lse, strict, softcap, alibi_slopes)
+                         left, right, dropout_p, return_lse, strict, softcap, alibi_slopes, deterministic)
     out = _varlen.unpadded(out, cu_seqlens_q, q.shape[0])
     if not return_lse:
         return out

@@ -21,7 +21,7 @@
 #include "platform/device.h"
 
 // python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
-static_assert(sizeof(fmha_problem) == 72 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
+static_assert(sizeof(fmha_problem) == 76 && sizeof(fmha_plan) == 16, "C ABI layout changed: bump FMHA_ABI_VERSION");
 static_assert(sizeof(fmha_tensors) == 200 && offsetof(fmha_tensors, seqlens_q) == 128 &&
                   offsetof(fmha_tensors, cu_seqlens_q) == 152 && offsetof(fmha_tensors, alibi_slopes) == 176 &&
                   offsetof(fmha_tensors, dropout_seed_offset) == 192,
@@ -74,6 +74,7 @@ fmha_status to_problem(const fmha_problem* c, Problem* p) {
     p->page_size = c->page_size;
     p->dropout = c->dropout_p;
     if (c->packed) p->total_q = c->total_q;
+    p->deterministic = c->deterministic != 0;
     std::vector<std::string> invalid = p->validate();
     if (c->alibi < 0 || c->alibi > 2)
         invalid.push_back("alibi must be 0 (off), 1 (slopes [heads_q]) or 2 (slopes [batch, heads_q]), got " +

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a signature changes; callers check it before anything. */
-#define FMHA_ABI_VERSION 5
+#define FMHA_ABI_VERSION 6
 
 typedef enum fmha_status {
     FMHA_OK = 0,
@@ -63,6 +63,9 @@ typedef struct fmha_problem {
     /* v5: packed: Q's token count where known (0: unknown). It sizes the backward's workspace,
      * which is otherwise planned for batch x seqlen_q tokens. */
     int32_t total_q;
+    /* v6: the backward's dQ summed in a fixed order, so that equal inputs give bitwise-equal
+     * gradients (FlashAttention's deterministic=True); 0: the faster order of arrival. */
+    int32_t deterministic;
 } fmha_problem;
 
 /* Device pointers of one call. Q and O are [batch, heads_q, seqlen_q, head_dim] by their strides,

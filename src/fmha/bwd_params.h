@@ -54,6 +54,10 @@ struct BwdParams {
 
     // The forward's dropout (same p, seed and offset): the kernel regenerates its mask.
     DropoutParams dropout;
+
+    // dQ's partial sums added in a fixed order (the key tiles'), so that equal inputs give
+    // bitwise-equal gradients; off, they are added in the order the blocks reach them.
+    bool deterministic;
 };
 
 // The backward kernels' grid: one dimension, a block per tile of at least 64 keys of each KV

@@ -118,8 +118,12 @@ BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
     if (!bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv))
         return {nullptr, "the backward kernels take at most 2^31 - 1 tiles of 64 keys (key tiles x KV heads x batch)"};
     const KernelKey key{p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), Family::mmabwd, arch};
-    if (const BwdKernelEntry* entry = find_bwd_kernel(key))
+    if (const BwdKernelEntry* entry = find_bwd_kernel(key)) {
+        if (p.deterministic && !entry->deterministic)
+            return {nullptr, "this build's backward kernels have no deterministic mode: `python3 setup.py --refresh "
+                             "--deterministic-backward && make` adds it (it doubles their compile time)"};
         return {entry, std::string(entry->name) + ": " + kFamilyDescriptions[static_cast<int>(Family::mmabwd)]};
+    }
     return {nullptr, std::string("no backward kernel in this build for ") + p.describe() + " on " + token(arch) +
                          " (python3 setup.py --list shows the fmha_bwd_ kernels a selection holds)"};
 }

@@ -88,6 +88,7 @@ std::string Problem::describe() const {
     if (softcap != 0.f) s << " softcap=" << softcap;
     if (alibi) s << " alibi";
     if (dropout != 0.f) s << " dropout=" << dropout;
+    if (deterministic) s << " deterministic";
     if (paged()) s << " paged-kv (pages of " << page_size << " keys)";
     return s.str();
 }
@@ -169,6 +170,7 @@ Params sized_params(const Problem& p) {
 BwdParams backward_shape_params(const Problem& p) {
     BwdParams params = sized_params<BwdParams>(p);
     params.dropout.p = p.dropout;
+    params.deterministic = p.deterministic;
     if (p.layout == Layout::packed) {  // the token counts where known, else their bound (the workspace's size)
         params.total_q = int(p.total_q > 0 ? p.total_q : int64_t(p.batch) * p.seqlen_q);
         params.total_kv = int(p.total_kv > 0 ? p.total_kv : int64_t(p.batch) * p.seqlen_kv);

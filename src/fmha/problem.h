@@ -42,6 +42,8 @@ struct Problem {
     int page_size = 0;
     // Attention dropout's probability (0 = off; the seed and offset are the launch's).
     float dropout = 0.f;
+    // The backward's dQ summed in a fixed order: bitwise-reproducible (BwdParams::deterministic).
+    bool deterministic = false;
     // The packed layout's token counts (sums of the sequences' lengths; set once they are drawn).
     int64_t total_q = 0, total_kv = 0;
 

@@ -54,15 +54,9 @@ hipError_t launch_loop(hipStream_t stream, const BwdParams& p, const Arguments&.
     return hipSuccess;
 }
 
-template <class Config>
-hipError_t launch(const BwdParams& p, hipStream_t stream) {
-    if (!supports<Config>(p)) return hipErrorInvalidValue;
-    constexpr int kRowThreads = 256;
-    const int64_t row_threads = Workspace::rows(p) * (Config::head_dim / 8);
-    const unsigned row_blocks = unsigned((row_threads + kRowThreads - 1) / kRowThreads);
-    preprocess_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
-
-    hipError_t loop;
+// The main loop on the arch's matrix instructions, its deterministic form or the default one.
+template <class Config, bool kDeterministic>
+hipError_t main_loop(const BwdParams& p, hipStream_t stream) {
     if constexpr (matrix_core(Config::arch) == MatrixCore::wgmma) {
         using T = WgmmaTiles<Config>;
         constexpr bool kBf16 = Config::dtype == DType::bf16;
@@ -75,12 +69,27 @@ hipError_t launch(const BwdParams& p, hipStream_t stream) {
             !hopper::encode_fp32_rows_map(&maps.dq_accum, Workspace::of(p).dq_accum, Workspace::rows(p), Config::head_dim,
                                           T::kQueries))
             return hipErrorInvalidValue;
-        loop = launch_loop<&wgmma_kernel<Config>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
+        return launch_loop<&wgmma_kernel<Config, kDeterministic>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
     } else {
         static_assert(has_mma_sync(Config::arch), "mmabwd's main loop for this arch");
         using T = Tiles<Config>;
-        loop = launch_loop<&mma_sync_kernel<Config>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p);
+        return launch_loop<&mma_sync_kernel<Config, kDeterministic>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p);
     }
+}
+
+// kWithDeterministic: the kernel has the deterministic main loop too (dq_turns.h), where the
+// generator was asked for it (setup.py --deterministic-backward); else it declines such calls.
+template <class Config, bool kWithDeterministic = false>
+hipError_t launch(const BwdParams& p, hipStream_t stream) {
+    if (!supports<Config>(p) || (p.deterministic && !kWithDeterministic)) return hipErrorInvalidValue;
+    constexpr int kRowThreads = 256;
+    const int64_t row_threads = Workspace::rows(p) * (Config::head_dim / 8);
+    const unsigned row_blocks = unsigned((row_threads + kRowThreads - 1) / kRowThreads);
+    preprocess_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
+
+    hipError_t loop;
+    if constexpr (kWithDeterministic) loop = p.deterministic ? main_loop<Config, true>(p, stream) : main_loop<Config, false>(p, stream);
+    else loop = main_loop<Config, false>(p, stream);
     if (loop != hipSuccess) return loop;
     convert_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
     return hipGetLastError();

@@ -34,9 +34,9 @@ hipError_t reference_forward(const FwdParams& params, DType dtype, float* out, f
 // dv [batch, heads_kv, seqlen_kv, head_dim] (summed over each KV head's query heads), from
 // params' q, k, v and d_o (its o, lse and workspace are not read: the probabilities and
 // rowsum(P * dP) are recomputed). Rows past a sequence's length and keys no row sees get
-// zeros. Synchronises the stream.
+// zeros. kept: as reference_forward's, the forward's dropout mask. Synchronises the stream.
 hipError_t reference_backward(const BwdParams& params, DType dtype, float* dq, float* dk, float* dv,
-                              hipStream_t stream = nullptr);
+                              hipStream_t stream = nullptr, const uint8_t* kept = nullptr);
 
 struct Tolerance {
     float atol, rtol;   // per element: |out - ref| <= atol + rtol * |ref|

@@ -111,8 +111,9 @@ __global__ void reference_kernel(const FwdParams p, float* out, float* lse, cons
 
 // The backward, one thread per query row, then one per key row, recomputing the probabilities
 // from the inputs (no softcapping or ALiBi: the backward kernels take neither). With
-// P = softmax(scale q k^T) per row, dP = dO v^T and D = rowsum(P * dP):
-//   dS = P * (dP - D),  dQ = scale dS k,  dK = scale dS^T q,  dV = P^T dO,
+// P = softmax(scale q k^T) per row, the dropout mask's weights W = kept / (1 - p) (all ones
+// without dropout), dP = W * (dO v^T) and D = rowsum(P * dP) (= rowsum(dO * O)):
+//   dS = P * (dP - D),  dQ = scale dS k,  dK = scale dS^T q,  dV = (W * P)^T dO,
 // dK and dV summed over the query heads of each KV head.
 struct BackwardRow {  // a query row of BwdParams, located
     int64_t b;
@@ -132,6 +133,11 @@ __device__ inline BackwardRow backward_row(const BwdParams& p, int64_t row) {
     return r;
 }
 
+// Element (row, j)'s dropout weight: 1 / (1 - p) where kept, 0 where dropped, 1 without dropout.
+__device__ inline float dropout_weight(const BwdParams& p, const uint8_t* kept, int64_t row, int j) {
+    return kept ? kept[row * p.seqlen_kv + j] / (1.f - p.dropout.p) : 1.f;
+}
+
 template <DType kDType>
 __device__ inline float dot_rows(const void* a, int64_t a_row, const void* b, int64_t b_row, int n) {
     float dot = 0.f;
@@ -142,7 +148,7 @@ __device__ inline float dot_rows(const void* a, int64_t a_row, const void* b, in
 // Per query row: its natural-log LSE and D (to `stats`, [row][2]), and dQ (fp32, contiguous
 // [batch, heads_q, seqlen_q, head_dim]; zeros for a row that sees no key).
 template <DType kDType>
-__global__ void reference_backward_rows(const BwdParams p, float* dq, float2* stats) {
+__global__ void reference_backward_rows(const BwdParams p, const uint8_t* kept, float* dq, float2* stats) {
     const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
     for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < rows; row += int64_t(gridDim.x) * blockDim.x) {
         const BackwardRow r = backward_row(p, row);
@@ -156,14 +162,17 @@ __global__ void reference_backward_rows(const BwdParams p, float* dq, float2* st
         for (int j = r.first; j <= r.last; ++j) sum += expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim) - row_max);
         const float lse = r.last < r.first ? -INFINITY : row_max + logf(sum);
         auto prob = [&](int j) { return expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim) - lse); };
+        auto d_prob = [&](int j) {  // dP
+            return dropout_weight(p, kept, row, j) * dot_rows<kDType>(p.d_o, do_row, p.v, v_row(j), p.head_dim);
+        };
         float d = 0.f;
-        for (int j = r.first; j <= r.last; ++j) d += prob(j) * dot_rows<kDType>(p.d_o, do_row, p.v, v_row(j), p.head_dim);
+        for (int j = r.first; j <= r.last; ++j) d += prob(j) * d_prob(j);
         stats[row] = make_float2(lse, d);
         float* out = dq + row * p.head_dim;
         for (int c0 = 0; c0 < p.head_dim; c0 += kChunk) {
             float acc[kChunk] = {};
             for (int j = r.first; j <= r.last; ++j) {
-                const float ds = prob(j) * (dot_rows<kDType>(p.d_o, do_row, p.v, v_row(j), p.head_dim) - d);
+                const float ds = prob(j) * (d_prob(j) - d);
                 for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) acc[c] += ds * load<kDType>(p.k, k_row(j) + c0 + c);
             }
             for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) out[c0 + c] = p.scale * acc[c];
@@ -174,7 +183,7 @@ __global__ void reference_backward_rows(const BwdParams p, float* dq, float2* st
 // Per key row (batch, KV head, key): dK and dV (fp32, contiguous [batch, heads_kv, seqlen_kv,
 // head_dim]), from the query rows' stats.
 template <DType kDType>
-__global__ void reference_backward_keys(const BwdParams p, const float2* stats, float* dk, float* dv) {
+__global__ void reference_backward_keys(const BwdParams p, const uint8_t* kept, const float2* stats, float* dk, float* dv) {
     const int64_t keys = int64_t(p.batch) * p.heads_kv * p.seqlen_kv;
     const int group = p.heads_q / p.heads_kv;
     for (int64_t key = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; key < keys; key += int64_t(gridDim.x) * blockDim.x) {
@@ -193,10 +202,11 @@ __global__ void reference_backward_keys(const BwdParams p, const float2* stats, 
                     const int64_t q_row = row_offset(p.q_strides, p.cu_seqlens_q, b, i) + h * p.q_strides.head;
                     const int64_t do_row = row_offset(p.d_o_strides, p.cu_seqlens_q, b, i) + h * p.d_o_strides.head;
                     const float prob = expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row, p.head_dim) - stats[row].x);
-                    const float ds = prob * (dot_rows<kDType>(p.d_o, do_row, p.v, v_row, p.head_dim) - stats[row].y);
+                    const float weight = dropout_weight(p, kept, row, j);
+                    const float ds = prob * (weight * dot_rows<kDType>(p.d_o, do_row, p.v, v_row, p.head_dim) - stats[row].y);
                     for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) {
                         acc_k[c] += ds * load<kDType>(p.q, q_row + c0 + c);
-                        acc_v[c] += prob * load<kDType>(p.d_o, do_row + c0 + c);
+                        acc_v[c] += weight * prob * load<kDType>(p.d_o, do_row + c0 + c);
                     }
                 }
             }
@@ -285,11 +295,12 @@ struct ReferenceLaunch {
 
 template <DType kDType>
 struct BackwardReferenceLaunch {
-    static hipError_t run(const BwdParams& p, float* dq, float* dk, float* dv, float2* stats, hipStream_t stream) {
+    static hipError_t run(const BwdParams& p, const uint8_t* kept, float* dq, float* dk, float* dv, float2* stats,
+                          hipStream_t stream) {
         const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q, keys = int64_t(p.batch) * p.heads_kv * p.seqlen_kv;
-        reference_backward_rows<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, dq, stats);
+        reference_backward_rows<kDType><<<blocks_for(rows), kThreads, 0, stream>>>(p, kept, dq, stats);
         if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
-        reference_backward_keys<kDType><<<blocks_for(keys), kThreads, 0, stream>>>(p, stats, dk, dv);
+        reference_backward_keys<kDType><<<blocks_for(keys), kThreads, 0, stream>>>(p, kept, stats, dk, dv);
         return hipGetLastError();
     }
 };
@@ -315,12 +326,13 @@ hipError_t reference_forward(const FwdParams& params, DType dtype, float* out, f
     return dispatch<ReferenceLaunch>(dtype, params, out, lse, kept, stream);
 }
 
-hipError_t reference_backward(const BwdParams& params, DType dtype, float* dq, float* dk, float* dv, hipStream_t stream) {
+hipError_t reference_backward(const BwdParams& params, DType dtype, float* dq, float* dk, float* dv, hipStream_t stream,
+                              const uint8_t* kept) {
     float2* stats = nullptr;
     const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
     hipError_t err = hipMalloc(reinterpret_cast<void**>(&stats), std::max<int64_t>(rows, 1) * sizeof(float2));
     if (err != hipSuccess) return err;
-    err = dispatch<BackwardReferenceLaunch>(dtype, params, dq, dk, dv, stats, stream);
+    err = dispatch<BackwardReferenceLaunch>(dtype, params, kept, dq, dk, dv, stats, stream);
     if (err == hipSuccess) err = hipStreamSynchronize(stream);
     (void)hipFree(stats);
     return err;

@@ -53,7 +53,7 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
         {"-causal-mask", [&] { causal = true; }}, {"-mqa", [&] { mqa = true; }},
         {"-skip-checks", [&] { o.skip_checks = true; }}, {"-list", [&] { o.list = true; }},
         {"-lse", [&] { o.lse = true; }},           {"-alibi", [&] { p.alibi = true; }},
-        {"-bwd", [&] { o.backward = true; }},
+        {"-bwd", [&] { o.backward = true; }},       {"-deterministic", [&] { p.deterministic = true; }},
         {"-paged-kv", [&] { paged = true; }},
         {"-help", [&] { o.help = true; }},          {"--help", [&] { o.help = true; }},
     };
@@ -158,8 +158,10 @@ ParsedCli parse_cli(const std::vector<std::string>& args) {
         parsed.errors.push_back("-sliding-window-size must be positive (got " + std::to_string(window) + ")");
     if (given.count("-fp16") && given.count("-bf16")) parsed.errors.push_back("-fp16 and -bf16 disagree: give one");
     if (o.backward) {  // the backward kernels' reach (select_bwd_kernel says the rest)
-        for (const char* flag : {"-save-tensors", "-kernel", "-dropout"})
+        for (const char* flag : {"-save-tensors", "-kernel"})
             if (given.count(flag)) parsed.errors.push_back(std::string("-bwd does not take ") + flag + " yet");
+    } else if (p.deterministic) {
+        parsed.errors.push_back("-deterministic is an option of the backward: give -bwd too");
     }
     if (o.list) {  // -list describes no problem: any other flag is a mistake, not something to ignore
         std::string others;
@@ -210,7 +212,7 @@ Problem (defaults in brackets):
   -dropout P              attention dropout with probability P in [0, 1) on the tensor-core
                           prefill family: the kernel's own Philox mask (seed -seed, offset 0),
                           kept probabilities scaled by 1/(1-P); the reference applies the same
-                          mask [0: off; forward only]
+                          mask; with -bwd the backward regenerates it [0: off]
 
 Run:
   -runs N                 timed runs [100]
@@ -221,6 +223,9 @@ Run:
   -bwd                    the backward: one forward launch (with its LSE), then dQ, dK, dV for a
                           random dO by the backward kernel, checked against the fp32 reference
                           backward and timed (TFLOP/s count the backward as 2.5 forwards)
+  -deterministic          with -bwd: dQ's partial sums added in a fixed order (the key tiles'),
+                          so that equal inputs give bitwise-equal gradients (checked by a
+                          second launch)
   -kernel NAME            run this kernel instead of the heuristic's choice (see -list)
   -save-tensors DIR       write q, k, v, o, with -lse lse (and the references) as .npy plus
                           meta.json to DIR; with -alibi the slopes, with -paged-kv the pages

@@ -258,15 +258,23 @@ bool print_check(const char* label, const CompareResult& result, const Tolerance
     return ok;
 }
 
+// With dropout, the mask the kernels draw (their Philox stream, written out) for the reference:
+// its bytes (none without), and the mask written into a buffer of that size.
+size_t dropout_mask_bytes(const Problem& p) {
+    return p.dropout != 0.f ? size_t(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_kv : 0;
+}
+void write_dropout_mask(const Problem& p, const DropoutParams& dropout, const DeviceBuffer& kept) {
+    if (p.dropout != 0.f)
+        check(launch_dropout_mask(dropout, p.batch, p.heads_q, p.seqlen_q, p.seqlen_kv, kept.get<uint8_t>(), nullptr),
+              "writing the dropout mask");
+}
+
 // Runs the reference (timed once), compares O and any log-sum-exps, prints a Checks line for
 // each; true when all passed.
 bool check_against_reference(const Problem& p, const FwdParams& params, Reference& reference, float* reference_ms) {
     float* lse = reference.lse ? reference.lse->get<float>() : nullptr;
-    // With dropout, the mask the kernel drew (its Philox stream, written out) for the reference.
-    DeviceBuffer kept(p.dropout != 0.f ? size_t(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_kv : 0);
-    if (p.dropout != 0.f)
-        check(launch_dropout_mask(params.dropout, p.batch, p.heads_q, p.seqlen_q, p.seqlen_kv, kept.get<uint8_t>(), nullptr),
-              "writing the dropout mask");
+    const DeviceBuffer kept(dropout_mask_bytes(p));
+    write_dropout_mask(p, params.dropout, kept);
     *reference_ms = device_ms("running the reference", [&] {
         check(reference_forward(params, p.dtype, reference.o.get<float>(), lse, nullptr, kept.get<uint8_t>()),
               "launching the reference");
@@ -310,8 +318,28 @@ Tolerance backward_tolerance(DType dtype) {
     return {2 * forward.atol, 2 * forward.rtol, 2 * forward.rel_l2};
 }
 
+// -deterministic: a second launch (its gradients poisoned first) gives the first one's bits.
+bool check_rerun_is_identical(const BwdKernelEntry& kernel, GradientSet& grads) {
+    const auto copy = [](const DeviceBuffer& grad) {
+        std::vector<uint8_t> bytes(grad.bytes());
+        check(hipMemcpy(bytes.data(), grad.get(), bytes.size(), hipMemcpyDeviceToHost), "copying a gradient");
+        return bytes;
+    };
+    const std::vector<uint8_t> first[] = {copy(grads.dq), copy(grads.dk), copy(grads.dv)};
+    grads.poison();
+    check(kernel.launch(grads.params, nullptr), std::string("launching ") + kernel.name);
+    check(hipDeviceSynchronize(), std::string("running ") + kernel.name);
+    const char* differing = first[0] != copy(grads.dq)   ? "dQ"
+                            : first[1] != copy(grads.dk) ? "dK"
+                            : first[2] != copy(grads.dv) ? "dV"
+                                                         : nullptr;
+    if (differing) printf("Checks rerun..: FAILED (%s differs from the first launch's)\n", differing);
+    else printf("Checks rerun..: SUCCESS (dQ, dK, dV bitwise equal to the first launch's)\n");
+    return !differing;
+}
+
 // -bwd: one launch of the forward kernel for O and the LSE, then the backward kernel on a random
-// dO, checked against the reference backward and timed.
+// dO, checked against the reference backward (and, -deterministic, against a rerun) and timed.
 int run_backward(const Options& o, const Problem& p, const DeviceInfo& device, const KernelEntry& forward, const SeqLens& lens) {
     const BwdSelection selection = select_bwd_kernel(p, *device.arch);
     if (!selection.entry) return report_bad_input("-bwd: " + selection.reason);
@@ -322,7 +350,8 @@ int run_backward(const Options& o, const Problem& p, const DeviceInfo& device, c
     const double q_reference = 4.0 * p.batch * p.heads_q * p.seqlen_q * p.head_dim,
                  kv_reference = 4.0 * p.batch * p.heads_kv * p.seqlen_kv * p.head_dim;
     const double needed = 2.0 * (sizes.q + sizes.k + sizes.v + sizes.o) + 2 * q_bytes + 2 * kv_bytes +  // inputs, dO, grads
-                          q_reference + 2 * kv_reference + double(kernel.workspace(backward_shape_params(p)));
+                          q_reference + 2 * kv_reference + double(kernel.workspace(backward_shape_params(p))) +
+                          double(dropout_mask_bytes(p));
     if (needed > 0.95 * device.free_bytes) {
         fprintf(stderr, "fmha.exe: not enough device memory: the backward needs %s, the device has %s free\n", gib(needed).c_str(),
                 gib(device.free_bytes).c_str());
@@ -350,7 +379,10 @@ int run_backward(const Options& o, const Problem& p, const DeviceInfo& device, c
     if (!o.skip_checks) {
         const BwdParams& b = grads.params;
         DeviceBuffer dq(q_reference), dk(kv_reference), dv(kv_reference);
-        check(reference_backward(b, p.dtype, dq.get<float>(), dk.get<float>(), dv.get<float>()), "running the reference backward");
+        const DeviceBuffer kept(dropout_mask_bytes(p));
+        write_dropout_mask(p, b.dropout, kept);
+        check(reference_backward(b, p.dtype, dq.get<float>(), dk.get<float>(), dv.get<float>(), nullptr, kept.get<uint8_t>()),
+              "running the reference backward");
         const Tolerance tol = backward_tolerance(p.dtype);
         const struct {
             const char* label;
@@ -366,6 +398,7 @@ int run_backward(const Options& o, const Problem& p, const DeviceInfo& device, c
             check(compare_with_reference(g.view, p.dtype, g.reference.get<float>(), tol, &result), "comparing a gradient");
             if (!print_check(g.label, result, tol, g.view)) exit_code = kChecksFailed;
         }
+        if (p.deterministic && !check_rerun_is_identical(kernel, grads)) exit_code = kChecksFailed;
     }
 
     for (int i = 0; i < o.warm_up_runs; ++i) check(kernel.launch(grads.params, nullptr), std::string("launching ") + kernel.name);

@@ -13,6 +13,8 @@
 #include <cstdio>
 
 #include "fmha_catalogue.h"
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -88,6 +90,15 @@ inline float2 atomicAdd(float2* address, float2 value) {
     return old;
 }
 
+// The deterministic mode's turn counters (kernels/mmabwd/dq_turns.h).
+inline int atomicAdd(int* address, int value) {
+    std::lock_guard<std::mutex> lock(fmha::atomic_mutex);
+    const int old = *address;
+    *address += value;
+    return old;
+}
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
 inline thread_local dim3 blockDim;
 
 #include "kernels/mmabwd/mma_sync_kernel.h"
@@ -99,6 +110,7 @@ struct Case {
     bool varlen, d_lse;
     float dropout = 0.f;  // the forward's (common/dropout.h): the kernel regenerates its mask
     bool packed = false;  // varlen's lengths as a packed batch: tokens [total, h, d], cu_seqlens
+    bool deterministic = false;  // dQ's adds in turns (dq_turns.h)
 };
 
 template <class Kernel>
@@ -221,6 +233,7 @@ bool run(const Case& c, unsigned seed) {
     if (c.packed) p.cu_seqlens_q = cu_q.data(), p.cu_seqlens_kv = cu_kv.data(), p.total_q = tokens_q, p.total_kv = tokens_kv;
     p.scale = float(scale), p.window = KeyWindow::of(window - 1, kCausal ? 0 : c.sq);  // causal: keys up to the diagonal
     p.dropout = {c.dropout, c.dropout > 0 ? seed_offset : nullptr};
+    p.deterministic = c.deterministic;
     std::vector<float> workspace(mmabwd::Workspace::bytes(p) / 4, 12345.f);  // garbage: the launch initialises it
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * 4;
 
@@ -228,7 +241,22 @@ bool run(const Case& c, unsigned seed) {
     static_assert(T::kSharedBytes <= int(sizeof(mmabwd::shared)));
     const int row_blocks = int((mmabwd::Workspace::rows(p) * (d / 8) + 255) / 256);
     run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::preprocess_kernel<Config>(p); });
-    run_grid(int(mmabwd::KeyTile::count(p, T::kKeys)), 1, 1, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config>(p); });
+    // Blocks run one at a time, in order: a deterministic turn that is not exactly the count of
+    // the lower tiles' adds never comes, and the watchdog fails the case instead of hanging.
+    std::atomic<bool> finished{false};
+    std::thread watchdog([&] {
+        for (int tick = 0; tick < 1200 && !finished; ++tick) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (!finished) {
+            std::printf("FAIL: a block waits for a dQ turn that never comes (dq_turns.h)\n");
+            std::fflush(stdout);
+            std::_Exit(1);
+        }
+    });
+    const int blocks = int(mmabwd::KeyTile::count(p, T::kKeys));
+    if (c.deterministic) run_grid(blocks, 1, 1, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config, true>(p); });
+    else run_grid(blocks, 1, 1, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config, false>(p); });
+    finished = true;
+    watchdog.join();
     run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::convert_kernel<Config>(p); });
 
     // Error relative to each tensor's largest reference value; padded rows must be zero.
@@ -247,9 +275,10 @@ bool run(const Case& c, unsigned seed) {
     check("dq", dq, rq, eq), check("dk", dk, rk, ek), check("dv", dv, rv, ev);
     const double tolerance = kD == DType::fp16 ? 4e-3 : 3e-2;
     const bool ok = eq < tolerance && ek < tolerance && ev < tolerance;
-    std::printf("%s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
+    std::printf("%s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
                 ok ? "ok  " : "FAIL", kD == DType::fp16 ? "fp16" : "bf16", d, c.batch, c.hq, c.hkv, c.sq, c.skv,
-                kCausal ? window : 0, c.packed ? " packed" : c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "", eq, ek, ev);
+                kCausal ? window : 0, c.packed ? " packed" : c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "",
+                c.deterministic ? " deterministic" : "", eq, ek, ev);
     if (c.dropout > 0) std::printf("     (dropout %.2f)\n", c.dropout);
     return ok;
 }
@@ -270,6 +299,10 @@ int main() {
     // Packed batches: every row written (the outputs start as NaN), none past its sequence.
     ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({4, 4, 2, 90, 70, 0, false, true, 0.f, true}, 8);
     ok &= run<Cfg<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 40, 130, 0, false, false, 0.2f, true}, 9);
+    // Deterministic: several key tiles add into each step's rows, in turns.
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({1, 4, 2, 150, 300, 100, false, false, 0.f, false, true}, 10);
+    ok &= run<Cfg<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 70, 200, 0, false, false, 0.f, true, true}, 11);
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({2, 2, 2, 300, 130, 0, true, false, 0.f, false, true}, 12);
     std::printf("%s\n", ok ? "all cases match the reference" : "SOME CASES FAILED");
     return ok ? 0 : 1;
 }

@@ -751,20 +751,21 @@ def test_torch_results_equal_fmha_exe(args, tmp_path):
 
 # ---------------------------------------------------------------- the backward kernels
 
-def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, seed=0):
+def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, seed=0, deterministic=False):
     """dq, dk, dv of flash_attn_func, served by a backward kernel, against fp64 by FlashAttention's
     rule (PyTorch's own error: the same attention in q's dtype)."""
     api = _api()
     from fmha import _backward
     scale = 1.0 / math.sqrt(q.shape[-1])
     left, right = window[0], 0 if causal else window[1]
-    kernel = _backward.kernel_name(q, k, scale, left, right)
+    kernel = _backward.kernel_name(q, k, scale, left, right, deterministic=deterministic)
     assert kernel is not None and kernel.startswith("fmha_bwd_"), "no backward kernel serves the call"
     generator = torch.Generator(device="cuda").manual_seed(seed)
     grad = torch.randn(q.shape, dtype=q.dtype, device="cuda", generator=generator)
     grad_lse = torch.randn(q.shape[0], q.shape[2], q.shape[1], device="cuda", generator=generator)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    out, lse = api.flash_attn_func(*leaves, causal=causal, window_size=window, return_lse=True, strict=True)
+    out, lse = api.flash_attn_func(*leaves, causal=causal, window_size=window, return_lse=True, strict=True,
+                                   deterministic=deterministic)
     outputs, grads_out = ((out, lse), (grad, grad_lse)) if with_lse else ((out,), (grad,))
     ours = torch.autograd.grad(outputs, leaves, grads_out)
     for dtype in (torch.float64, q.dtype):
@@ -802,21 +803,45 @@ def test_torch_backward_kernel_matches_fp64(dtype, batch, seqlen_q, seqlen_kv, h
 
 
 @needs_cuda
-def test_deterministic_false_is_taken_and_true_is_refused():
-    """FlashAttention's keyword (Hugging Face passes deterministic=False): no deterministic
-    backward yet, so True is an error rather than a promise the kernels do not keep."""
+@pytest.mark.parametrize("head_dim, causal", [(64, True), (128, False), (256, True)])
+def test_deterministic_backward_repeats_bitwise(head_dim, causal):
+    """deterministic=True: the backward kernels add dQ's partial sums in the key tiles' order, so
+    two calls on equal inputs give equal bits (8 key tiles add into each query tile here), and
+    the gradients keep FlashAttention's error rule."""
     api = _api()
+    from fmha import _backward
     torch.manual_seed(33)
-    q, k, v = (_random(2, 40, 4, 64) for _ in range(3))
-    assert torch.equal(api.flash_attn_func(q, k, v, causal=True, deterministic=False), api.flash_attn_func(q, k, v, causal=True))
-    with pytest.raises(ValueError, match="deterministic=True is not supported"):
-        api.flash_attn_func(q, k, v, deterministic=True)
-    cu = torch.tensor([0, 40, 80], dtype=torch.int32, device="cuda")
-    packed = [t.reshape(80, 4, 64) for t in (q, k, v)]
-    with pytest.raises(ValueError, match="deterministic=True is not supported"):
-        api.flash_attn_varlen_func(*packed, cu, cu, 40, 40, deterministic=True)
-    with pytest.raises(ValueError, match="deterministic=True is not supported"):
-        api.flash_attn_qkvpacked_func(torch.stack((q, k, v), dim=2), deterministic=True)
+    q = _random(2, 300, 8, head_dim)
+    k, v = (_random(2, 1000, 2, head_dim) for _ in range(2))
+    if _backward.kernel_name(q, k, 1.0, -1, 0 if causal else -1, deterministic=True) is None:
+        pytest.skip("this build's backward kernels have no deterministic loop (setup.py --deterministic-backward)")
+    _check_gradients(q, k, v, causal=causal, deterministic=True)
+    grad = torch.randn_like(q)
+    runs = []
+    for _ in range(2):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = api.flash_attn_func(*leaves, causal=causal, deterministic=True, strict=True)
+        runs.append(torch.autograd.grad(out, leaves, grad))
+    for name, first, second in zip(("dq", "dk", "dv"), *runs):
+        assert torch.equal(first, second), f"{name} differs between two deterministic calls"
+    # packed sequences too, through the varlen operator
+    cu = torch.tensor([0, 300, 600], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 1000, 2000], dtype=torch.int32, device="cuda")
+    runs = []
+    for _ in range(2):
+        leaves = [t.detach().reshape(-1, *t.shape[2:]).clone().requires_grad_() for t in (q, k, v)]
+        out = api.flash_attn_varlen_func(*leaves, cu, cu_k, 300, 1000, causal=causal, deterministic=True, strict=True)
+        runs.append(torch.autograd.grad(out, leaves, grad.reshape(out.shape)))
+    for name, first, second in zip(("dq", "dk", "dv"), *runs):
+        assert torch.equal(first, second), f"packed {name} differs between two deterministic calls"
+
+
+@needs_cuda
+def test_deterministic_takes_only_a_flag():
+    api = _api()
+    q, k, v = (_random(1, 40, 4, 64) for _ in range(3))
+    with pytest.raises(ValueError, match="deterministic must be True or False"):
+        api.flash_attn_func(q, k, v, deterministic="yes")
 
 
 @needs_cuda

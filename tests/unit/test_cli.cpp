@@ -1,6 +1,7 @@
 // fmha.exe's command line: FMHA_v2 flag semantics and clear errors for bad input.
 #include <gtest/gtest.h>
 
+#include "fmha/problem.h"
 #include "tool/cli.h"
 #include "tool/npy.h"
 
@@ -114,7 +115,19 @@ TEST(Cli, Dropout) {
     EXPECT_FLOAT_EQ(cli.options.problem.dropout, 0.17f);
     EXPECT_EQ(parse({}).options.problem.dropout, 0.f);
     for (const char* p : {"1", "-0.1", "1.5", "nan", "x", "0.5x"}) EXPECT_FALSE(parse({"-dropout", p}).errors.empty()) << p;
-    EXPECT_FALSE(parse({"-bwd", "-dropout", "0.1"}).errors.empty());  // forward only, for now
+    const ParsedCli backward = parse({"-bwd", "-dropout", "0.1"});  // the backward regenerates the mask
+    ASSERT_TRUE(backward.errors.empty());
+    EXPECT_TRUE(backward.options.backward);
+    EXPECT_FLOAT_EQ(backward.options.problem.dropout, 0.1f);
+}
+
+TEST(Cli, DeterministicIsAnOptionOfTheBackward) {
+    EXPECT_FALSE(parse({}).options.problem.deterministic);
+    const ParsedCli backward = parse({"-bwd", "-deterministic"});
+    ASSERT_TRUE(backward.errors.empty());
+    EXPECT_TRUE(backward.options.problem.deterministic);
+    EXPECT_TRUE(backward_shape_params(backward.options.problem).deterministic);
+    EXPECT_FALSE(parse({"-deterministic"}).errors.empty());  // the forward has no order to fix
 }
 
 TEST(Cli, BadInputIsReportedNotGuessed) {
@@ -155,7 +168,7 @@ TEST(Cli, UsageMentionsEveryFlag) {
     for (const char* flag : {"-b ", "-h ", "-d ", "-s ", "-s-q", "-min-s", "-gqa", "-mqa", "-fp16", "-bf16", "-causal-mask",
                              "-sliding-window-size", "-runs", "-warm-up-runs", "-scale-bmm1", "-skip-checks", "-v ", "-list",
                              "-kernel", "-save-tensors", "-layout", "bottom-right", "-softcapping-scale-bmm1", "-alibi",
-                             "-paged-kv", "-page-size", "-bwd", "-dropout"})
+                             "-paged-kv", "-page-size", "-bwd", "-dropout", "-deterministic"})
         EXPECT_NE(text.find(flag), std::string::npos) << flag;
 }
 

@@ -37,6 +37,12 @@ TEST(Heuristics, PicksTheBackwardKernelOfEveryGroupSize) {
         EXPECT_EQ(select_bwd_kernel(packed, k.arch).entry, &entry) << entry.name;
         packed.page_size = 64;  // a paged cache is not trained through
         EXPECT_EQ(select_bwd_kernel(packed, k.arch).entry, nullptr) << entry.name;
+        // The deterministic loop where the generator built it, else a refusal naming its flag.
+        Problem deterministic = make(8, 2, k.head_dim, k.dtype, k.mask == Mask::causal);
+        deterministic.deterministic = true;
+        const BwdSelection s = select_bwd_kernel(deterministic, k.arch);
+        EXPECT_EQ(s.entry, entry.deterministic ? &entry : nullptr) << entry.name;
+        if (!entry.deterministic) EXPECT_NE(s.reason.find("--deterministic-backward"), std::string::npos) << s.reason;
     }
     const BwdSelection none = select_bwd_kernel(make(8, 2, 24), bwd_kernel_table().front().key.arch);
     EXPECT_EQ(none.entry, nullptr);

@@ -50,14 +50,18 @@ struct BlockSequence {
     }
 };
 
+// A step of a block: a query head and its block of rows from q0.
+struct BlockStep {
+    int head, q0;
+    int64_t rows;  // the head's first workspace row (of this sequence)
+};
+
 // A block owns `keys` keys from key0 of one KV head. Its steps: each query head of the head's
-// group and, in it, each block of kQueries rows from q_first that sees some of the keys.
-template <int kQueries>
+// group and, in it, each block of kQueries rows from q_first that sees some of the keys;
+// kDescending (the deterministic loop, dq_turns.h): from the last block down.
+template <int kQueries, bool kDescending = false>
 struct BlockSteps {
-    struct Step {
-        int head, q0;
-        int64_t rows;  // the head's first workspace row (of this sequence)
-    };
+    using Step = BlockStep;
     int first_head, q_first, head_steps, steps;
     int64_t first_rows, head_stride;  // the first head's first workspace row; Workspace::head_stride()
 
@@ -80,12 +84,16 @@ struct BlockSteps {
                 head_stride};
     }
     __device__ Step at(int s, const BwdParams& p) const {
-        const int heads_in = s / max(head_steps, 1);
-        return {first_head + heads_in, q_first + s % max(head_steps, 1) * kQueries,
+        const int heads_in = s / max(head_steps, 1), in_head = s % max(head_steps, 1);
+        return {first_head + heads_in, q_first + (kDescending ? head_steps - 1 - in_head : in_head) * kQueries,
                 first_rows + heads_in * head_stride};
     }
     // The step after `st` (at(s + 1) without the division).
     __device__ Step next(const Step& st, const BwdParams& p) const {
+        if constexpr (kDescending) {
+            if (st.q0 > q_first) return {st.head, st.q0 - kQueries, st.rows};
+            return {st.head + 1, q_first + (head_steps - 1) * kQueries, st.rows + head_stride};
+        }
         if (st.q0 + kQueries < q_first + head_steps * kQueries) return {st.head, st.q0 + kQueries, st.rows};
         return {st.head + 1, q_first, st.rows + head_stride};
     }
@@ -106,7 +114,7 @@ __device__ inline void load_rows(Place place, const uint16_t* base, int64_t row_
 // Starts copying a step's LSE (log2 domain) and D from the workspace; rows past the sequence
 // read zeros (P = 1 there, but Q and dO are zeros too, so every product of those rows is zero).
 template <int kThreads, int kQueries>
-__device__ inline void load_row_stats(const BwdParams& p, const typename BlockSteps<kQueries>::Step& st, int len_q,
+__device__ inline void load_row_stats(const BwdParams& p, const BlockStep& st, int len_q,
                                       float* lse, float* d) {
     static_assert(2 * kQueries <= kThreads, "one copy a thread");
     const Workspace ws = Workspace::of(p);

@@ -22,6 +22,7 @@
 #include "kernels/config.h"
 #include "kernels/mma/mma_sync.h"
 #include "kernels/mmabwd/block_steps.h"
+#include "kernels/mmabwd/dq_turns.h"
 #include "kernels/mmabwd/tiles.h"
 #include "kernels/mmabwd/workspace.h"
 #include "kernels/numeric.h"
@@ -46,7 +47,8 @@ __device__ inline void store_rows(uint16_t* base, int64_t row_stride, const floa
     }
 }
 
-template <class Config>
+// kDeterministic: as wgmma_kernel's.
+template <class Config, bool kDeterministic>
 __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const BwdParams p) {
     using T = Tiles<Config>;
     using Numeric = DTypeTraits<Config::dtype>;
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
 
     float dk[kDimTiles][4] = {}, dv[kDimTiles][4] = {};
     const Workspace ws = Workspace::of(p);
-    const auto steps_of = BlockSteps<T::kQueries>::of(p, mask, key0, T::kKeys, head_kv, batch, len_q);
+    const auto steps_of = BlockSteps<T::kQueries, kDeterministic>::of(p, mask, key0, T::kKeys, head_kv, batch, len_q);
     const int steps = steps_of.steps;
     // Where row r, column c of a tile (of a stage) goes: rows of kRow elements.
     const auto place = [&](int offset, int stage) {
@@ -190,6 +192,11 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
                 mma_16x16x16<kDType>(dq[d], dq[d + 1], a, b);
             }
         }
+        const auto turn = [&] { return DqTurn::of(p, mask, key0 / T::kKeys, T::kKeys, rows, q0, 0); };
+        if constexpr (kDeterministic) {
+            if (threadIdx.x == 0) turn().wait();
+            __syncthreads();
+        }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int row = q0 + 16 * tile + g + 8 * half;
@@ -198,6 +205,11 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
 #pragma unroll
             for (int d = 0; d < T::kDqColumns / 8; ++d)
                 atomicAdd(reinterpret_cast<float2*>(accum + 8 * d), make_float2(dq[d][2 * half], dq[d][2 * half + 1]));
+        }
+        if constexpr (kDeterministic) {
+            __threadfence();  // each thread's adds done before the block passes the turn
+            __syncthreads();
+            if (threadIdx.x == 0) DqTurn::pass(turn().counter);
         }
     }
 

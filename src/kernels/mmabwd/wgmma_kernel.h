@@ -26,6 +26,7 @@
 #include "kernels/config.h"
 #include "kernels/mma/wgmma.h"
 #include "kernels/mmabwd/block_steps.h"
+#include "kernels/mmabwd/dq_turns.h"
 #include "kernels/mmabwd/workspace.h"
 #include "kernels/numeric.h"
 #include "platform/hip_on_cuda/hopper.h"
@@ -84,7 +85,9 @@ struct StepMaps {
     CUtensorMap q, d_o, dq_accum;
 };
 
-template <class Config>
+// kDeterministic: dQ's adds in turns (dq_turns.h), its own instance so that the default loop's
+// code stays as it is (docs/decisions.md, "Deterministic backward").
+template <class Config, bool kDeterministic>
 __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     wgmma_kernel(const BwdParams p, const __grid_constant__ StepMaps maps) {
     using T = WgmmaTiles<Config>;
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
 
     float dk[T::kColumns / 2] = {}, dv[T::kColumns / 2] = {};
     const Workspace ws = Workspace::of(p);
-    const auto walk = BlockSteps<T::kQueries>::of(p, mask, key0, T::kKeys, head_kv, batch, len_q);
+    const auto walk = BlockSteps<T::kQueries, kDeterministic>::of(p, mask, key0, T::kKeys, head_kv, batch, len_q);
     // Where row r, column c of a swizzled tile of `rows` rows goes.
     const auto place = [&](int offset, int rows) {
         uint8_t* const tile = shared + offset;
@@ -163,6 +166,14 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     }
     // The warpgroup's 64 rows of the K and V tiles (A operands, K-major).
     const int own_rows = own_keys * wgmma::kRowBytes;
+    // Deterministic, by TMA: the counter of the last step's turn, passed once its add has
+    // completed, at the next step, where the thread waits for that add anyway.
+    int* passing = nullptr;
+    const auto pass_last = [&] {
+        hopper::bulk_wait();
+        hopper::fence_async_global();  // the add, by the async proxy, before the counter
+        DqTurn::pass(passing);
+    };
     auto st = walk.at(0, p);
     for (int step = 0; step < walk.steps; ++step, st = walk.next(st, p)) {
         const int stage = step % T::kStages;
@@ -293,7 +304,10 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
             }
         }
         hopper::fence_async_shared();
-        if (T::kDqByTma && threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait_read();  // step - 1's dQ add read its rows
+        if (T::kDqByTma && threadIdx.x % wgmma::kThreads == 0) {  // step - 1's dQ add read its rows
+            if (kDeterministic && passing) pass_last();
+            else hopper::bulk_wait_read();
+        }
         __syncthreads();  // both warpgroups' dS^T are in place, and step - 1 is done everywhere:
         if (threadIdx.x == 0 && step + T::kStages - 1 < walk.steps) load_stage(step + T::kStages - 1);  // its stage is free
 
@@ -339,6 +353,12 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
             hopper::fence_async_shared();
             hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
             if (threadIdx.x % wgmma::kThreads == 0) {
+                if constexpr (kDeterministic) {
+                    const DqTurn turn = DqTurn::of(p, mask, tile.index, T::kKeys, st.rows, st.q0, warpgroup);
+                    turn.wait();
+                    hopper::fence_async_global();  // the counter seen before the add
+                    passing = turn.counter;
+                }
 #pragma unroll
                 for (int box = c0 / T::kDqBoxColumns; box < (c0 + T::kDqColumns) / T::kDqBoxColumns; ++box)
                     hopper::tma_reduce_add_2d(&maps.dq_accum, base + T::kDqOffset + box * T::kDqBoxBytes,
@@ -346,6 +366,11 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                 hopper::bulk_commit();
             }
         } else {
+            const auto turn = [&] { return DqTurn::of(p, mask, tile.index, T::kKeys, st.rows, st.q0, warpgroup); };
+            if constexpr (kDeterministic) {
+                if (threadIdx.x % wgmma::kThreads == 0) turn().wait();
+                hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
+            }
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int row = st.q0 + 16 * warp + g + 8 * half;
@@ -355,9 +380,17 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                 for (int n = 0; n < T::kDqColumns / 8; ++n)
                     atomicAdd(reinterpret_cast<float2*>(accum + 8 * n), make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]));
             }
+            if constexpr (kDeterministic) {
+                __threadfence();  // each thread's adds done before the warpgroup passes the turn
+                hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
+                if (threadIdx.x % wgmma::kThreads == 0) DqTurn::pass(turn().counter);
+            }
         }
     }
-    if (T::kDqByTma && threadIdx.x % wgmma::kThreads == 0) hopper::bulk_wait();  // (the adds read shared memory)
+    if (T::kDqByTma && threadIdx.x % wgmma::kThreads == 0) {  // (the adds read shared memory)
+        if (kDeterministic && passing) pass_last();
+        else hopper::bulk_wait();
+    }
 
     // (The sequence read again: kept across the loop, it would spill at d256.)
     const BlockSequence out_seq = BlockSequence::of(p, batch);

@@ -30,6 +30,10 @@ struct Workspace {
     // [rows]: the forward's LSE times log2(e), so that P = exp2(S scale log2(e) - lse_log2);
     // +inf where the LSE is -inf (a row that sees no key) and past a sequence's rows: P = 0
     float* lse_log2;
+    // [rows / kTurnRows][kTurnParts]: BwdParams::deterministic's turn counters (dq_turns.h),
+    // zeroed by the preprocess when deterministic
+    int* dq_turns;
+    static constexpr int kTurnRows = 16, kTurnParts = 2;
 
     __host__ __device__ static bool packed(const BwdParams& p) { return p.total_q > 0; }
     // Rows from one query head of a sequence to the next head's.
@@ -44,10 +48,14 @@ struct Workspace {
     __device__ static int64_t sequence_row(const BwdParams& p, int b) {
         return packed(p) ? kRowTile * (b + int64_t(p.cu_seqlens_q[b]) / kRowTile) : int64_t(b) * p.heads_q * head_stride(p);
     }
-    __host__ __device__ static size_t bytes(const BwdParams& p) { return size_t(rows(p)) * (2 + p.head_dim) * sizeof(float); }
+    __host__ __device__ static int64_t turns(const BwdParams& p) { return rows(p) / kTurnRows * kTurnParts; }
+    __host__ __device__ static size_t bytes(const BwdParams& p) {
+        return size_t(rows(p)) * (2 + p.head_dim) * sizeof(float) + size_t(turns(p)) * sizeof(int);
+    }
     __host__ __device__ static Workspace of(const BwdParams& p) {
         float* base = static_cast<float*>(p.workspace);
-        return {base, base + rows(p) * p.head_dim, base + rows(p) * (p.head_dim + 1)};
+        return {base, base + rows(p) * p.head_dim, base + rows(p) * (p.head_dim + 1),
+                reinterpret_cast<int*>(base + rows(p) * (p.head_dim + 2))};
     }
 };
 
@@ -105,6 +113,8 @@ __global__ void preprocess_kernel(const BwdParams p) {
 #pragma unroll
     for (int width = kLanes / 2; width > 0; width /= 2) sum += __shfl_xor(sum, width, kLanes);
     if (inside && column == 0) {
+        if (p.deterministic && row % Workspace::kTurnRows == 0)
+            for (int part = 0; part < Workspace::kTurnParts; ++part) ws.dq_turns[row / Workspace::kTurnRows * Workspace::kTurnParts + part] = 0;
         const float lse = valid ? p.lse[at] : -INFINITY;
         ws.d[row] = valid ? sum - (p.d_lse ? p.d_lse[at] : 0.f) : 0.f;
         ws.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * kLog2e;

@@ -126,6 +126,8 @@ __device__ inline void store_shared_16(uint32_t shared, const uint4& value) {
                  : "memory");
 }
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Orders this thread's global-memory accesses by the generic proxy with its bulk (TMA) ones.
+__device__ inline void fence_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 // The same fence where `predicate` holds, predicated inside the PTX (no branch: see barrier_arrive_if).
 __device__ inline void fence_async_shared_if(bool predicate) {
     asm volatile(
