@@ -6,7 +6,10 @@ import ctypes
 
 import torch
 
-from . import _library
+from . import _library, backends
+
+_NO_DETERMINISTIC_LOOP = ("this build's backward kernels have no deterministic loop (`python3 setup.py --refresh "
+                          "--deterministic-backward && make` builds it)")
 
 _DTYPES = {torch.float16: _library.FP16, torch.bfloat16: _library.BF16}
 _plans = {}  # problem key -> (library, Plan, Problem, kernel name) or None (no kernel)
@@ -84,6 +87,8 @@ def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, lef
         return None
     found = _find(q, k, scale, left, right, dropout_p, packed, deterministic)
     if found is None:
+        if deterministic and _find(q, k, scale, left, right, dropout_p, packed) is not None:
+            backends.fall_back(_NO_DETERMINISTIC_LOOP, False, "recomputing the backward in PyTorch")
         return None
     library, plan, problem, kernel = found
     q, k, v, out, grad_out = (_kernel_ready(t) for t in (q, k, v, out, grad_out))

@@ -18,7 +18,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     [heads] or [batch, heads]; adds -slope * |i + seqlen_kv - seqlen_q - j| after the softcap
     (FlashAttention's order). strict: raise fmha.UnsupportedError instead of falling back to
     PyTorch's attention (default: the FMHA_STRICT environment variable). deterministic: as
-    FlashAttention's: the backward gives bitwise-equal gradients for equal inputs.
+    FlashAttention's, bitwise-equal gradients for equal inputs: the backward kernels' deterministic
+    loop where the build has it (setup.py --deterministic-backward), else PyTorch's recompute.
     Views whose last dimension is contiguous are read in place.
     """
     deterministic = _checks.deterministic(deterministic)

@@ -837,6 +837,34 @@ def test_deterministic_backward_repeats_bitwise(head_dim, causal):
 
 
 @needs_cuda
+def test_deterministic_without_its_loop_warns_and_recomputes():
+    """A build without the deterministic loop (the default catalogue): deterministic=True warns
+    once, naming the generator flag, and the PyTorch recompute gives equal gradients twice."""
+    api = _api()
+    from fmha import _backward, backends
+    backends._warned.discard(_backward._NO_DETERMINISTIC_LOOP)  # (once per process and reason)
+    torch.manual_seed(34)
+    q, k, v = (_random(1, 200, 4, 64) for _ in range(3))
+    if _backward.kernel_name(q, k, 0.125, -1, 0) is None:
+        pytest.skip("no backward kernel serves the shape in this build")
+    if _backward.kernel_name(q, k, 0.125, -1, 0, deterministic=True) is not None:
+        pytest.skip("this build has the deterministic loop (setup.py --deterministic-backward)")
+    grad = torch.randn_like(q)
+    runs = []
+    for _ in range(2):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = api.flash_attn_func(*leaves, causal=True, deterministic=True)
+            runs.append(torch.autograd.grad(out, leaves, grad))
+        if not runs[1:]:  # the first call warns (then once per reason)
+            assert any("--deterministic-backward" in str(w.message) for w in caught
+                       if issubclass(w.category, api.FallbackWarning)), [str(w.message) for w in caught]
+    for name, first, second in zip(("dq", "dk", "dv"), *runs):
+        assert torch.equal(first, second), f"{name} differs between two deterministic calls"
+
+
+@needs_cuda
 def test_deterministic_takes_only_a_flag():
     api = _api()
     q, k, v = (_random(1, 40, 4, 64) for _ in range(3))
