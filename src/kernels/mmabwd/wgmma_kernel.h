@@ -269,21 +269,27 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         };
         if (dropping) operands(std::true_type{});
         else operands(std::false_type{});
-        {
-            const int columns = wgmma::swizzled_offset(T::kQueries, 0, kv0);
-            const wgmma::Descriptor d_o = wgmma::n_major_operand(at(do_tile + columns), T::kQueries);
-            const wgmma::Descriptor q = wgmma::n_major_operand(at(q_tile + columns), T::kQueries);
-            hopper::pin_registers(dv);
+        const int kv_columns = wgmma::swizzled_offset(T::kQueries, 0, kv0);
+        // dK += dS^T Q: issued after dQ's product where dQ is staged while it runs (see below).
+        const auto issue_dk = [&] {
+            const wgmma::Descriptor q = wgmma::n_major_operand(at(q_tile + kv_columns), T::kQueries);
             hopper::pin_registers(dk);
             hopper::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < kQuerySteps; ++kk)
-                wgmma_rs<T::kColumns, kDType, true>(dv, a_p[kk], d_o.step(wgmma::n_major_step(kk)), 1);
-#pragma unroll
-            for (int kk = 0; kk < kQuerySteps; ++kk)
                 wgmma_rs<T::kColumns, kDType, true>(dk, a_ds[kk], q.step(wgmma::n_major_step(kk)), 1);
             hopper::wgmma_commit();
+        };
+        {  // dV += P^T dO
+            const wgmma::Descriptor d_o = wgmma::n_major_operand(at(do_tile + kv_columns), T::kQueries);
+            hopper::pin_registers(dv);
+            hopper::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kQuerySteps; ++kk)
+                wgmma_rs<T::kColumns, kDType, true>(dv, a_p[kk], d_o.step(wgmma::n_major_step(kk)), 1);
+            hopper::wgmma_commit();
         }
+        if constexpr (T::kSplitColumns) issue_dk();
         // dS^T to shared memory, [key][query]: step k's registers are four 8x8 matrices, keys
         // g and g + 8 by queries 16k .. 16k + 7 and 16k + 8 .. 16k + 15; lane l gives row l % 8
         // of matrix l / 8. (The row from a value the compiler cannot see through: else it keeps
@@ -324,30 +330,44 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                 wgmma_ss<T::kDqColumns, kDType, true, true>(dq, ds.step(wgmma::n_major_step(kk)),
                                                             k.step(wgmma::n_major_step(kk)), kk > 0);
             hopper::wgmma_commit();
-            hopper::wgmma_wait<1>();  // dV and dK are done with their register operands
+            if constexpr (T::kSplitColumns) {
+                hopper::wgmma_wait<0>();
+            } else {
+                // dK's product after dQ's, so that dQ's staging below runs beside it (the
+                // tensor cores otherwise idle there); dV's and dQ's are done at wait<1>.
+                issue_dk();
+                hopper::wgmma_wait<1>();
+                hopper::pin_registers(dv);
 #pragma unroll
-            for (int kk = 0; kk < kQuerySteps; ++kk) {
-                hopper::pin_registers(a_p[kk]);
-                hopper::pin_registers(a_ds[kk]);
+                for (int kk = 0; kk < kQuerySteps; ++kk) hopper::pin_registers(a_p[kk]);
             }
-            hopper::pin_registers(dv);
-            hopper::pin_registers(dk);
-            hopper::wgmma_wait<0>();
             hopper::pin_registers(dq);
         }
+        // dK's product is done with its register operand before they are rebuilt.
+        const auto finish_dk = [&] {
+            hopper::wgmma_wait<0>();
+            hopper::pin_registers(dk);
+#pragma unroll
+            for (int kk = 0; kk < kQuerySteps; ++kk) hopper::pin_registers(a_ds[kk]);
+        };
         if constexpr (T::kDqByTma) {
             // The warpgroup's columns of dQ into shared memory (its boxes: row r's 16-byte chunk c
             // at chunk c ^ (r % 8), as TMA reads them), then one thread adds them into the
-            // workspace. Rows past the sequence add zeros: their dS rows are zero.
+            // workspace. Rows past the sequence add zeros: their dS rows are zero. Lanes with
+            // t >= 2 store their columns in the order n ^ 2, so that a half-warp's 16 stores fill
+            // 8 distinct chunks (in order, two lanes g apart land on one chunk: a 2-way conflict).
+            const bool swapped = t & 2;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {  // the thread's rows 16w + g and 16w + g + 8
                 const int row = 16 * warp + g + 8 * half;
 #pragma unroll
-                for (int n = 0; n < T::kDqColumns / 8; ++n) {
+                for (int i = 0; i < T::kDqColumns / 8; ++i) {
+                    const int n = swapped ? i ^ 2 : i;
                     const int column = c0 + 8 * n + 2 * t, box = column / T::kDqBoxColumns, chunk = column % T::kDqBoxColumns / 4;
+                    const float2 value = swapped ? make_float2(dq[4 * (i ^ 2) + 2 * half], dq[4 * (i ^ 2) + 2 * half + 1])
+                                                 : make_float2(dq[4 * i + 2 * half], dq[4 * i + 2 * half + 1]);
                     *reinterpret_cast<float2*>(shared + T::kDqOffset + box * T::kDqBoxBytes + row * wgmma::kRowBytes +
-                                               (chunk ^ (row % 8)) * 16 + column % 4 * 4) =
-                        make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]);
+                                               (chunk ^ (row % 8)) * 16 + column % 4 * 4) = value;
                 }
             }
             hopper::fence_async_shared();
@@ -365,6 +385,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                                               box * T::kDqBoxColumns, int(st.rows + st.q0));
                 hopper::bulk_commit();
             }
+            finish_dk();
         } else {
             const auto turn = [&] { return DqTurn::of(p, mask, tile.index, T::kKeys, st.rows, st.q0, warpgroup); };
             if constexpr (kDeterministic) {
