@@ -5,7 +5,8 @@ saved output and LSE where one serves the call (fmha._backward), else attention 
 PyTorch (fmha._math.attention_backward).
 
 Forward-only eager calls skip the dispatcher and call the backends directly: the same work,
-without the operator's per-call cost (a decode step is a few microseconds of kernel).
+without the operator's per-call cost (a decode step is a few microseconds of kernel); eager
+calls with autograd run the same implementations under an autograd.Function (fmha._eager).
 
 Dropout on CUDA tensors outside torch.compile runs the kernels' (fmha._dropout): the call draws
 its seed and offset, the forward applies the mask and the backward regenerates it; a fallback
@@ -15,11 +16,10 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _backward as _backward_kernels, _dropout, _math, backends
+from . import _backward as _backward_kernels, _dropout, _eager, _math, backends
 
 
-@torch.library.custom_op("fmha::attention", mutates_args=())
-def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlens_q: Optional[torch.Tensor],
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlens_q: Optional[torch.Tensor],
                  seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int, window_right: int,
                  dropout_p: float, return_lse: bool, strict: Optional[bool], softcap: float,
                  alibi_slopes: Optional[torch.Tensor], dropout_seed_offset: Optional[torch.Tensor] = None,
@@ -27,6 +27,9 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlens_q: O
     out, lse = backends.run(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p,
                             return_lse, strict, softcap, alibi_slopes, dropout_seed_offset)
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
+
+
+attention_op = torch.library.custom_op("fmha::attention", mutates_args=())(_attention)
 
 
 @attention_op.register_fake
@@ -37,8 +40,7 @@ def _attention_fake(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, 
     return q.new_empty((batch, seqlen_q, heads, head_dim)), q.new_empty(lse_shape, dtype=torch.float32)
 
 
-@torch.library.custom_op("fmha::attention_backward", mutates_args=())
-def attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+def _attention_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
                           v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, seqlens_q: Optional[torch.Tensor],
                           seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int,
                           window_right: int, dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None,
@@ -50,6 +52,9 @@ def attention_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tenso
                                          window_left, window_right, dropout_p=dropout_p,
                                          keep=_keep_mask(dropout_p, dropout_seed_offset, q, k))
     return tuple(g.contiguous() for g in grads)  # the layout the fake implementation states
+
+
+attention_backward_op = torch.library.custom_op("fmha::attention_backward", mutates_args=())(_attention_backward)
 
 
 @attention_backward_op.register_fake
@@ -75,8 +80,12 @@ def _setup_context(ctx, inputs, output):
     ctx.options = (softmax_scale, window_left, window_right, dropout_p, softcap, deterministic)
 
 
-def _backward(ctx, grad_out, grad_lse):
+def _gradients(ctx, grad_out, grad_lse, backward_kernels):
+    """The inputs' gradients; backward_kernels: the operator attention_backward_op, or its
+    implementation where no operator is needed (eager calls)."""
     q, k, v, seqlens_q, seqlens_kv, out, lse, alibi_slopes, seed_offset = ctx.saved_tensors
+    if grad_out is None:  # (only the LSE was used)
+        grad_out = torch.zeros_like(out)
     scale, left, right, dropout_p, softcap, deterministic = ctx.options
     if grad_lse is not None and grad_lse.numel() == 0:
         grad_lse = None
@@ -84,12 +93,15 @@ def _backward(ctx, grad_out, grad_lse):
         grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right,
                                          softcap, alibi_slopes, dropout_p, _keep_mask(dropout_p, seed_offset, q, k))
     else:
-        grads = attention_backward_op(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right,
-                                      dropout_p, seed_offset, deterministic)
+        grads = backward_kernels(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right,
+                                 dropout_p, seed_offset, deterministic)
     return tuple(grads) + (None,) * 12
 
 
-attention_op.register_autograd(_backward, setup_context=_setup_context)
+attention_op.register_autograd(lambda ctx, *grads: _gradients(ctx, *grads, attention_backward_op),
+                               setup_context=_setup_context)
+_eager_attention = _eager.autograd_function(_attention, _setup_context,
+                                            lambda ctx, *grads: _gradients(ctx, *grads, _attention_backward))
 
 
 def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, softcap=0.0,
@@ -110,8 +122,9 @@ def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, ret
         seed_offset = _dropout.seed_offset(q.device)
     if needs_grad or torch.compiler.is_compiling():
         # A call that may be differentiated saves its LSE: the backward kernels start from it.
-        out, lse = attention_op(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p,
-                                return_lse or needs_grad, strict, *options, seed_offset, deterministic)
+        op = attention_op if torch.compiler.is_compiling() else _eager_attention
+        out, lse = op(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse or needs_grad, strict,
+                      *options, seed_offset, deterministic)
         return out, lse if return_lse else None
     return backends.run(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, strict, *options,
                         seed_offset)

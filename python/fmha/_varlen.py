@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _backward, _catalogue, _dropout, _math, backends
+from . import _backward, _catalogue, _dropout, _eager, _math, backends
 
 
 def padded(x, cu_seqlens, max_seqlen):
@@ -33,8 +33,7 @@ def _lengths(cu_seqlens):
     return (cu_seqlens[1:] - cu_seqlens[:-1]).int()
 
 
-@torch.library.custom_op("fmha::attention_varlen", mutates_args=())
-def attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+def _attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
                         window_left: int, window_right: int, dropout_p: float, strict: Optional[bool],
                         dropout_seed_offset: Optional[torch.Tensor] = None, deterministic: bool = False
@@ -54,14 +53,16 @@ def attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_se
     return unpadded(out, cu_seqlens_q, total), unpadded(lse.transpose(1, 2), cu_seqlens_q, total).t().contiguous()
 
 
+attention_varlen_op = torch.library.custom_op("fmha::attention_varlen", mutates_args=())(_attention_varlen)
+
+
 @attention_varlen_op.register_fake
 def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
                            window_right, dropout_p, strict, dropout_seed_offset=None, deterministic=False):
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
-@torch.library.custom_op("fmha::attention_varlen_backward", mutates_args=())
-def attention_varlen_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor,
+def _attention_varlen_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor,
                                  k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                                  cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
                                  max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int,
@@ -85,6 +86,10 @@ def attention_varlen_backward_op(grad_out: torch.Tensor, grad_lse: Optional[torc
     return tuple(g.contiguous() for g in grads)
 
 
+attention_varlen_backward_op = torch.library.custom_op("fmha::attention_varlen_backward",
+                                                       mutates_args=())(_attention_varlen_backward)
+
+
 @attention_varlen_backward_op.register_fake
 def _attention_varlen_backward_fake(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, softmax_scale, window_left, window_right, dropout_p=0.0,
@@ -100,15 +105,21 @@ def _setup_context(ctx, inputs, output):
     ctx.options = (max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p, deterministic)
 
 
-def _backward_of(ctx, grad_out, grad_lse):
+def _gradients(ctx, grad_out, grad_lse, backward_kernels):
+    """The inputs' gradients; backward_kernels: the operator or, for eager calls, its implementation."""
     q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, seed_offset = ctx.saved_tensors
     max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p, deterministic = ctx.options
-    grads = attention_varlen_backward_op(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                         max_seqlen_k, scale, left, right, dropout_p, seed_offset, deterministic)
+    if grad_out is None:  # (only the LSE was used)
+        grad_out = torch.zeros_like(out)
+    grads = backward_kernels(grad_out, grad_lse, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                             max_seqlen_k, scale, left, right, dropout_p, seed_offset, deterministic)
     return tuple(grads) + (None,) * 11
 
 
-attention_varlen_op.register_autograd(_backward_of, setup_context=_setup_context)
+attention_varlen_op.register_autograd(lambda ctx, *grads: _gradients(ctx, *grads, attention_varlen_backward_op),
+                                      setup_context=_setup_context)
+_eager_attention_varlen = _eager.autograd_function(_attention_varlen, _setup_context,
+                                                   lambda ctx, *grads: _gradients(ctx, *grads, _attention_varlen_backward))
 
 
 def serves(paged, softcap, alibi_slopes, dropout_p, q):
@@ -122,5 +133,6 @@ def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
     """(out [total_q, h, d], LSE [h, total_q]) of checked arguments through the operator;
     deterministic: the backward's."""
     seed_offset = _dropout.seed_offset(q.device) if dropout_p > 0 else None
-    return attention_varlen_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right,
+    op = attention_varlen_op if torch.compiler.is_compiling() else _eager_attention_varlen
+    return op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right,
                                dropout_p, strict, seed_offset, deterministic)
