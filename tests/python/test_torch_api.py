@@ -751,9 +751,11 @@ def test_torch_results_equal_fmha_exe(args, tmp_path):
 
 # ---------------------------------------------------------------- the backward kernels
 
-def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, seed=0, deterministic=False):
+def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, seed=0, deterministic=False,
+                     lse_only=False):
     """dq, dk, dv of flash_attn_func, served by a backward kernel, against fp64 by FlashAttention's
-    rule (PyTorch's own error: the same attention in q's dtype)."""
+    rule (PyTorch's own error: the same attention in q's dtype). lse_only: only the LSE is
+    differentiated (the output's gradient is None), so dv is zero."""
     api = _api()
     from fmha import _backward
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -766,12 +768,18 @@ def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, see
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     out, lse = api.flash_attn_func(*leaves, causal=causal, window_size=window, return_lse=True, strict=True,
                                    deterministic=deterministic)
-    outputs, grads_out = ((out, lse), (grad, grad_lse)) if with_lse else ((out,), (grad,))
+    outputs, grads_out = ((out,), (grad,))
+    if with_lse or lse_only:
+        outputs, grads_out = ((lse,), (grad_lse,)) if lse_only else ((out, lse), (grad, grad_lse))
     ours = torch.autograd.grad(outputs, leaves, grads_out)
+    if lse_only:
+        assert torch.count_nonzero(ours[2]) == 0, "dv of the LSE alone"
     for dtype in (torch.float64, q.dtype):
         inputs = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
         result, result_lse = _reference(*inputs, causal=causal, window=window, dtype=dtype)
-        if with_lse:  # _reference's LSE is fp64 of the inputs in `dtype`, differentiable
+        if lse_only:  # (the LSE does not depend on v: dq and dk only)
+            grads = torch.autograd.grad(result_lse, inputs[:2], grad_lse.double())
+        elif with_lse:  # _reference's LSE is fp64 of the inputs in `dtype`, differentiable
             grads = torch.autograd.grad((result, result_lse), inputs, (grad.to(dtype), grad_lse.double()))
         else:
             grads = torch.autograd.grad(result, inputs, grad.to(dtype))
@@ -879,6 +887,7 @@ def test_torch_backward_kernel_sliding_window_and_lse_gradient():
     k, v = (_random(2, 150, 2, 64) for _ in range(2))
     _check_gradients(q, k, v, causal=True, window=(40, 0))
     _check_gradients(q, k, v, causal=True, with_lse=True, seed=1)
+    _check_gradients(q, k, v, causal=True, lse_only=True, seed=5)
     _check_gradients(q, k, v, window=(20, 7), seed=2)   # two-sided: a key block's rows on both sides
     _check_gradients(q, k, v, window=(-1, 3), seed=3)
     q = _random(2, 150, 4, 64)  # more queries than keys, causal: the first rows see none
