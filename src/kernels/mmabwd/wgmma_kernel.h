@@ -417,18 +417,48 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     const BlockSequence out_seq = BlockSequence::of(p, batch);
     uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + out_seq.kv_index * p.dk_strides.batch + head_kv * p.dk_strides.head;
     uint16_t* dv_out = static_cast<uint16_t*>(p.dv) + out_seq.kv_index * p.dv_strides.batch + head_kv * p.dv_strides.head;
+    if constexpr (T::kSplitColumns) {  // (staged as below, d256's loop spills)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = warp_keys + g + 8 * half;
+            if (row >= out_seq.written_kv) continue;
+            uint16_t* const dk_row = dk_out + row * p.dk_strides.row + kv0 + 2 * t;
+            uint16_t* const dv_row = dv_out + row * p.dv_strides.row + kv0 + 2 * t;
+#pragma unroll
+            for (int n = 0; n < T::kColumns / 8; ++n) {
+                const int e = 4 * n + 2 * half;
+                *reinterpret_cast<uint32_t*>(dk_row + 8 * n) = pack2<Numeric>(dk[e] * p.scale, dk[e + 1] * p.scale);
+                *reinterpret_cast<uint32_t*>(dv_row + 8 * n) = pack2<Numeric>(dv[e], dv[e + 1]);
+            }
+        }
+        return;
+    }
+    // dK and dV take the places of K and V in shared memory (rows of 16-byte chunks, chunk c of
+    // row r at c ^ (r % 8)), so that the block writes whole rows in 16-byte pieces: stored from
+    // the accumulators, each warp instruction writes 4 bytes to each of 8 rows, which at a few
+    // steps a block took as long as its loop (docs/decisions.md, "Backward on wgmma").
+    __syncthreads();  // both warpgroups' products are done with K and V
+    constexpr int kRowChunks = T::kHeadDim / 8;
+    static_assert(kRowChunks >= 8 && T::kKVBytes == T::kKeys * T::kHeadDim * 2, "whole 8-chunk swizzles; K's tile holds dK");
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        const int row = warp_keys + g + 8 * half;
-        if (row >= out_seq.written_kv) continue;
-        uint16_t* const dk_row = dk_out + row * p.dk_strides.row + kv0 + 2 * t;
-        uint16_t* const dv_row = dv_out + row * p.dv_strides.row + kv0 + 2 * t;
+        const int row = warp_keys - key0 + g + 8 * half;
 #pragma unroll
         for (int n = 0; n < T::kColumns / 8; ++n) {
-            const int e = 4 * n + 2 * half;
-            *reinterpret_cast<uint32_t*>(dk_row + 8 * n) = pack2<Numeric>(dk[e] * p.scale, dk[e + 1] * p.scale);
-            *reinterpret_cast<uint32_t*>(dv_row + 8 * n) = pack2<Numeric>(dv[e], dv[e + 1]);
+            const int e = 4 * n + 2 * half, at = row * T::kHeadDim * 2 + (n ^ (row % 8)) * 16 + 4 * t;
+            *reinterpret_cast<uint32_t*>(shared + T::kKOffset + at) = pack2<Numeric>(dk[e] * p.scale, dk[e + 1] * p.scale);
+            *reinterpret_cast<uint32_t*>(shared + T::kVOffset + at) = pack2<Numeric>(dv[e], dv[e + 1]);
         }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * T::kKeys * kRowChunks; i += T::kThreads) {
+        const bool is_dv = i >= T::kKeys * kRowChunks;
+        const int row = i % (T::kKeys * kRowChunks) / kRowChunks, chunk = i % kRowChunks, key = key0 + row;
+        if (key >= out_seq.written_kv) continue;
+        const uint4 chunk_value = *reinterpret_cast<const uint4*>(shared + (is_dv ? T::kVOffset : T::kKOffset) +
+                                                                   row * T::kHeadDim * 2 + (chunk ^ (row % 8)) * 16);
+        uint16_t* const out = is_dv ? dv_out + key * p.dv_strides.row : dk_out + key * p.dk_strides.row;
+        *reinterpret_cast<uint4*>(out + 8 * chunk) = chunk_value;
     }
 }
 
