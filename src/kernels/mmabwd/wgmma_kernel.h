@@ -3,14 +3,16 @@
 // registers, dQ added into the fp32 workspace), with two warpgroups of 64 keys each. A step:
 //   S^T = K Q^T, dP^T = V dO^T          wgmma from shared memory (the warpgroup's 64 keys)
 //   P^T, dS^T = P^T (dP^T - D)          on the accumulators (dropout as mma_sync_kernel.h)
-//   dV += P^T dO, dK += dS^T Q          wgmma with P^T and dS^T as register A operands
+//   dV += P^T dO                        wgmma with P^T as register A operand
 //   dQ += dS K                          dS^T through shared memory read M-major; each
 //                                       warpgroup takes half of dQ's columns over all 128 keys,
 //                                       and adds them into the workspace by TMA (reduce-add)
+//   dK += dS^T Q                        dS^T as register A operand, issued after dQ's product
+//                                       so that dQ's staging for the add runs beside it
 // Each step's Q, dO, LSE and D come by TMA into a ring of three stages, issued by one thread
 // two steps ahead, and dS^T alternates between two buffers, so that the warpgroups meet at one
-// barrier a step (dS^T written); K and V come once, by cp.async (docs/decisions.md, "Backward on
-// wgmma").
+// barrier a step (dS^T written); K and V come once, by cp.async, and dK and dV leave through
+// their places in shared memory (docs/decisions.md, "Backward on wgmma").
 #pragma once
 
 #include <hip/hip_runtime.h>
