@@ -20,10 +20,10 @@ from . import _backward as _backward_kernels, _dropout, _eager, _math, backends
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlens_q: Optional[torch.Tensor],
-                 seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int, window_right: int,
-                 dropout_p: float, return_lse: bool, strict: Optional[bool], softcap: float,
-                 alibi_slopes: Optional[torch.Tensor], dropout_seed_offset: Optional[torch.Tensor] = None,
-                 deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+               seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int, window_right: int,
+               dropout_p: float, return_lse: bool, strict: Optional[bool], softcap: float,
+               alibi_slopes: Optional[torch.Tensor], dropout_seed_offset: Optional[torch.Tensor] = None,
+               deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     out, lse = backends.run(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, window_right, dropout_p,
                             return_lse, strict, softcap, alibi_slopes, dropout_seed_offset)
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
@@ -41,10 +41,10 @@ def _attention_fake(q, k, v, seqlens_q, seqlens_kv, softmax_scale, window_left, 
 
 
 def _attention_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
-                          v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, seqlens_q: Optional[torch.Tensor],
-                          seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int,
-                          window_right: int, dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None,
-                          deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, seqlens_q: Optional[torch.Tensor],
+                        seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int,
+                        window_right: int, dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None,
+                        deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grads = _backward_kernels.run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, softmax_scale, window_left,
                                   window_right, dropout_p, dropout_seed_offset, deterministic=deterministic)
     if grads is None:

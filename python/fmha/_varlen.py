@@ -34,10 +34,10 @@ def _lengths(cu_seqlens):
 
 
 def _attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                        cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-                        window_left: int, window_right: int, dropout_p: float, strict: Optional[bool],
-                        dropout_seed_offset: Optional[torch.Tensor] = None, deterministic: bool = False
-                        ) -> Tuple[torch.Tensor, torch.Tensor]:
+                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+                      window_left: int, window_right: int, dropout_p: float, strict: Optional[bool],
+                      dropout_seed_offset: Optional[torch.Tensor] = None, deterministic: bool = False
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
     batch = cu_seqlens_q.shape[0] - 1
     launch, why_not = _catalogue.prepare(q, k, v, None, softmax_scale, window_left, window_right, dropout_p,
                                          packed=(batch, max_seqlen_q, max_seqlen_k))
@@ -63,11 +63,11 @@ def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 
 def _attention_varlen_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor,
-                                 k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                                 cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
-                                 max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int,
-                                 dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None,
-                                 deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                               k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                               cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+                               max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int,
+                               dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None,
+                               deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     packed = (cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q, max_seqlen_k)
     grads = _backward.run(grad_out, grad_lse, q, k, v, out, lse, None, None, softmax_scale, window_left, window_right,
                           dropout_p, dropout_seed_offset, packed=packed, deterministic=deterministic)
@@ -118,8 +118,8 @@ def _gradients(ctx, grad_out, grad_lse, backward_kernels):
 
 attention_varlen_op.register_autograd(lambda ctx, *grads: _gradients(ctx, *grads, attention_varlen_backward_op),
                                       setup_context=_setup_context)
-_eager_attention_varlen = _eager.autograd_function(_attention_varlen, _setup_context,
-                                                   lambda ctx, *grads: _gradients(ctx, *grads, _attention_varlen_backward))
+_eager_attention_varlen = _eager.autograd_function(
+    _attention_varlen, _setup_context, lambda ctx, *grads: _gradients(ctx, *grads, _attention_varlen_backward))
 
 
 def serves(paged, softcap, alibi_slopes, dropout_p, q):
@@ -134,5 +134,5 @@ def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
     deterministic: the backward's."""
     seed_offset = _dropout.seed_offset(q.device) if dropout_p > 0 else None
     op = attention_varlen_op if torch.compiler.is_compiling() else _eager_attention_varlen
-    return op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right,
-                               dropout_p, strict, seed_offset, deterministic)
+    return op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right, dropout_p, strict,
+              seed_offset, deterministic)

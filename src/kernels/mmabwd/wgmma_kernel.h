@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     const BlockSequence out_seq = BlockSequence::of(p, batch);
     uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + out_seq.kv_index * p.dk_strides.batch + head_kv * p.dk_strides.head;
     uint16_t* dv_out = static_cast<uint16_t*>(p.dv) + out_seq.kv_index * p.dv_strides.batch + head_kv * p.dv_strides.head;
-    if constexpr (T::kSplitColumns) {  // (staged as below, d256's loop spills)
+    if constexpr (T::kSplitColumns) {  // straight from the accumulators: staged as below, d256's loop spilled
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int row = warp_keys + g + 8 * half;
