@@ -19,6 +19,7 @@ def autograd_function(forward, setup_context, backward):
             return output
 
         @staticmethod
+        @torch.autograd.function.once_differentiable  # (the kernels' gradients have no gradient of their own)
         def backward(ctx, *grads):
             return backward(ctx, *grads)
 
