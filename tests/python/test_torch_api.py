@@ -881,6 +881,18 @@ def test_deterministic_takes_only_a_flag():
 
 
 @needs_cuda
+def test_torch_second_derivative_raises():
+    """The backward kernels' gradients have no gradient of their own: differentiating them again
+    raises (fmha._eager's backward is once_differentiable) rather than giving zeros."""
+    api = _api()
+    q, k, v = (_random(1, 64, 2, 64).requires_grad_() for _ in range(3))
+    out = api.flash_attn_func(q, k, v, causal=True, strict=True)
+    dq, = torch.autograd.grad((out.float() ** 2).sum(), q, create_graph=True)  # (a gradient that depends on q)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(dq.sum(), q)
+
+
+@needs_cuda
 def test_torch_backward_kernel_sliding_window_and_lse_gradient():
     torch.manual_seed(32)
     q = _random(2, 90, 4, 64)
