@@ -44,6 +44,6 @@ for tool in memcheck racecheck synccheck; do
 done
 echo "sanitizers: $((SECONDS-S)) s"
 export FMHA_LIBRARY=$PWD/build/nvidia/libfmha.so
-timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_api.py tests/python/test_dropout.py -k "backward or autograd or dropout or compile or graph or varlen" 2>&1 | tail -4
+timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_api.py tests/python/test_dropout.py -k "backward or autograd or derivative or dropout or compile or graph or varlen" 2>&1 | tail -4
 echo "total: $((SECONDS-S)) s"
 [ -n "$BENCH" ] && timeout 150 python3 benchmarks/training.py --rounds 3 --runs 5 --cases b2_s4k_h8_d256_causal b4_s2k_h16_d128 b4_s2k_h16_d128_causal 2>&1 | grep "^|\|failed"
