@@ -345,19 +345,13 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
             }
             hopper::pin_registers(dq);
         }
-        // dK's product is done with its register operand before they are rebuilt.
-        const auto finish_dk = [&] {
-            hopper::wgmma_wait<0>();
-            hopper::pin_registers(dk);
-#pragma unroll
-            for (int kk = 0; kk < kQuerySteps; ++kk) hopper::pin_registers(a_ds[kk]);
-        };
         if constexpr (T::kDqByTma) {
             // The warpgroup's columns of dQ into shared memory (its boxes: row r's 16-byte chunk c
             // at chunk c ^ (r % 8), as TMA reads them), then one thread adds them into the
             // workspace. Rows past the sequence add zeros: their dS rows are zero. Lanes with
             // t >= 2 store their columns in the order n ^ 2, so that a half-warp's 16 stores fill
-            // 8 distinct chunks (in order, two lanes g apart land on one chunk: a 2-way conflict).
+            // 8 distinct chunks (in order, rows g and g ^ 1 share one: a 2-way conflict). Both
+            // values' indices are constants, so the lanes select registers, not index an array.
             const bool swapped = t & 2;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {  // the thread's rows 16w + g and 16w + g + 8
@@ -387,7 +381,10 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                                               box * T::kDqBoxColumns, int(st.rows + st.q0));
                 hopper::bulk_commit();
             }
-            finish_dk();
+            hopper::wgmma_wait<0>();  // dK's product is done with its register operand before it is rebuilt
+            hopper::pin_registers(dk);
+#pragma unroll
+            for (int kk = 0; kk < kQuerySteps; ++kk) hopper::pin_registers(a_ds[kk]);
         } else {
             const auto turn = [&] { return DqTurn::of(p, mask, tile.index, T::kKeys, st.rows, st.q0, warpgroup); };
             if constexpr (kDeterministic) {
@@ -441,7 +438,9 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     // steps a block took as long as its loop (docs/decisions.md, "Backward on wgmma").
     __syncthreads();  // both warpgroups' products are done with K and V
     constexpr int kRowChunks = T::kHeadDim / 8;
-    static_assert(kRowChunks >= 8 && T::kKVBytes == T::kKeys * T::kHeadDim * 2, "whole 8-chunk swizzles; K's tile holds dK");
+    static_assert(kRowChunks >= 8 && (T::kSplitColumns || T::kColumns == T::kHeadDim) &&
+                      T::kKVBytes == T::kKeys * T::kHeadDim * 2,
+                  "whole 8-chunk swizzles; a thread's chunk n is column group n (kv0 = 0); K's tile holds dK");
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const int row = warp_keys - key0 + g + 8 * half;
