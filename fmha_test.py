@@ -239,8 +239,7 @@ def test_the_deterministic_backward_is_refused_where_not_built():
     (["-paged-kv", "-page-size", "0"], "-page-size must be a power of two from 16 to 256 (got 0)"),
     (["-paged-kv", "-page-size", "512"], "(got 512)"),
     (["-paged-kv", "-layout", "qkv-packed"], "cannot take the packed QKV layout"),
-    (["-bwd", "-alibi"], "-bwd: the serving options have no backward kernel"),
-    (["-bwd", "-paged-kv", "-bf16"], "-bwd: the serving options have no backward kernel"),
+    (["-bwd", "-paged-kv", "-bf16"], "-bwd: the backward kernels take no paged KV cache"),
     (["-bwd", "-kernel", "fmha_fwd_fp16_d64_mha_nomask_prefill_sm90"], "-bwd does not take -kernel yet"),
     (["-dropout", "1"], "flag -dropout expects a probability in [0, 1), got '1'"),
     (["-deterministic"], "-deterministic is an option of the backward: give -bwd too"),
@@ -658,6 +657,15 @@ BACKWARD_RUNS = {  # fmha.exe -bwd: odd lengths, GQA, both dtypes, a two-sided w
                                 "-dropout", "0.17", "-bf16"],
     "dropout_packed_d64_fp16": ["-d", "64", "-b", "4", "-h", "4", "-s", "250", "-min-s", "1", "-layout", "packed",
                                 "-dropout", "0.5", "-fp16"],
+    # softcapping (dS times 1 - tanh^2) and ALiBi (from each row's diagonal, per sequence), on every loop's tiles
+    "softcap_gqa_causal_bf16": ["-d", "128", "-b", "2", "-h", "8", "-gqa", "4", "-s", "700", "-s-q", "333", "-causal-mask",
+                                "-softcapping-scale-bmm1", "5", "-bf16"],
+    "alibi_varlen_fp16": ["-d", "64", "-b", "3", "-h", "4", "-s", "500", "-min-s", "50", "-alibi", "-fp16"],
+    "softcap_alibi_packed_d256_bf16": ["-d", "256", "-b", "4", "-h", "4", "-gqa", "2", "-s", "300", "-min-s", "1",
+                                       "-layout", "packed", "-causal-mask", "-softcapping-scale-bmm1", "10", "-alibi",
+                                       "-dropout", "0.2", "-bf16"],
+    "softcap_window_fp16": ["-d", "64", "-b", "2", "-h", "4", "-s", "400", "-window-left", "90", "-window-right", "20",
+                            "-softcapping-scale-bmm1", "2", "-fp16"],
     # deterministic: a second launch gives the same bits (each head dim's dQ path: TMA adds, atomics)
     "deterministic_d128_causal_bf16": ["-d", "128", "-b", "2", "-h", "8", "-gqa", "4", "-s", "1500", "-s-q", "900",
                                        "-causal-mask", "-deterministic", "-bf16"],
@@ -665,6 +673,8 @@ BACKWARD_RUNS = {  # fmha.exe -bwd: odd lengths, GQA, both dtypes, a two-sided w
                                       "-window-right", "30", "-deterministic", "-fp16"],
     "deterministic_d256_packed_bf16": ["-d", "256", "-b", "5", "-h", "4", "-gqa", "2", "-s", "600", "-min-s", "1",
                                        "-layout", "packed", "-deterministic", "-bf16"],
+    "deterministic_alibi_d128_bf16": ["-d", "128", "-b", "2", "-h", "4", "-s", "600", "-causal-mask", "-alibi",
+                                      "-softcapping-scale-bmm1", "30", "-deterministic", "-bf16"],
 }
 
 

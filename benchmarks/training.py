@@ -4,9 +4,11 @@ kernel against PyTorch's SDPA flash (FlashAttention-2) and cuDNN backends on iss
 bf16. Reported: TFLOP/s by FlashAttention's count (forward 4 b h s_q s_kv d, halved when causal;
 forward + backward = 3.5x forward), median of alternating rounds, and the peak allocation
 beyond the inputs over the size of q, k and v. --dropout P: every call with dropout_p = P, and
-SDPA's memory-efficient backend beside the others (cuDNN's may decline dropout).
+SDPA's memory-efficient backend beside the others (cuDNN's may decline dropout). --options:
+softcapping and ALiBi (options()).
 
-    python3 benchmarks/training.py [--rounds N] [--runs N] [--cases NAME... | --sweep | --varlen] [--dropout P]
+    python3 benchmarks/training.py [--rounds N] [--runs N] [--cases NAME... | --sweep | --varlen | --options]
+                                   [--dropout P]
 """
 import argparse
 import statistics
@@ -40,6 +42,16 @@ SWEEP = {
     f"fa3_d{d}_s{s // 1024}k{'_causal' if causal else ''}": (16384 // s, s, 2048 // d, 2048 // d, d, causal)
     for d in (64, 128) for s in (1024, 4096, 16384) for causal in (False, True)
 }
+
+
+def inputs(batch, seqlen, heads, heads_kv, head_dim):
+    """(q, k, v, dO, the bytes of q, k and v) of a case, bf16, seeded, q, k and v leaves."""
+    import torch
+    torch.manual_seed(0)
+    q = torch.randn(batch, seqlen, heads, head_dim, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    k, v = (torch.randn(batch, seqlen, heads_kv, head_dim, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+            for _ in range(2))
+    return q, k, v, torch.randn_like(q), sum(t.numel() * t.element_size() for t in (q, k, v))
 
 
 def measure(name, calls, input_bytes, args):
@@ -76,9 +88,12 @@ def main():
     parser.add_argument("--sweep", action="store_true", help="FlashAttention-3's sweep instead of the issue's cases")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--varlen", action="store_true", help="packed batches (flash_attn_varlen_func) instead")
+    parser.add_argument("--options", action="store_true", help="softcapping and ALiBi against the plain call")
     args = parser.parse_args()
     if args.varlen:
         return varlen(args)
+    if args.options:
+        return options(args)
     p = args.dropout
     import torch
     import torch.nn.functional as F
@@ -93,12 +108,7 @@ def main():
     cases = dict(CASES, **SWEEP)
     for name in list(SWEEP) if args.sweep else args.cases:
         batch, seqlen, heads, heads_kv, head_dim, causal = cases[name]
-        torch.manual_seed(0)
-        q = torch.randn(batch, seqlen, heads, head_dim, dtype=torch.bfloat16, device="cuda", requires_grad=True)
-        k, v = (torch.randn(batch, seqlen, heads_kv, head_dim, dtype=torch.bfloat16, device="cuda",
-                            requires_grad=True) for _ in range(2))
-        grad = torch.randn_like(q)
-        input_bytes = sum(t.numel() * t.element_size() for t in (q, k, v))
+        q, k, v, grad, input_bytes = inputs(batch, seqlen, heads, heads_kv, head_dim)
         kernel = _backward.kernel_name(q.detach(), k.detach(), head_dim ** -0.5, -1, 0 if causal else -1, p)
 
         def ours():
@@ -122,6 +132,58 @@ def main():
               f"{tflops['cuDNN']:.1f} | "
               f"{tflops['fmha'] / tflops['cuDNN']:.2f} | {memory.get('fmha', float('nan')):.1f}x | "
               f"{memory.get('cuDNN', float('nan')):.1f}x | {kernel} |", flush=True)
+
+
+def options(args):
+    """Softcapping (Gemma-2's cap, 50) and ALiBi (standard slopes) in training, forward +
+    backward: fmha with each against the plain call; the backward recomputed in PyTorch (what
+    fmha did before its kernels took the options, with the N x N probabilities in fp32); and
+    SDPA's memory-efficient backend with ALiBi as an additive bias (PyTorch has no softcap).
+    TFLOP/s and memory as main()'s."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import fmha
+    from fmha import _backward
+
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("| case | fmha plain | fmha softcap 50 | / plain | fmha ALiBi | / plain | softcap, PyTorch recompute | "
+          "ALiBi, SDPA efficient + bias | fmha softcap memory |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in args.cases:
+        batch, seqlen, heads, heads_kv, head_dim, causal = CASES[name]
+        q, k, v, grad, input_bytes = inputs(batch, seqlen, heads, heads_kv, head_dim)
+        slopes = torch.tensor([2 ** (-8 * (h + 1) / heads) for h in range(heads)], device="cuda")
+
+        def ours(**kw):
+            out = fmha.flash_attn_func(q, k, v, causal=causal, strict=True, **kw)
+            return torch.autograd.grad(out, (q, k, v), grad)
+
+        def recomputed():
+            real, _backward.run = _backward.run, lambda *a, **kw: None  # the backward before its kernels
+            try:
+                return ours(softcap=50.0)
+            finally:
+                _backward.run = real
+
+        def sdpa_alibi():
+            position = torch.arange(seqlen, device="cuda")
+            bias = -(slopes.view(-1, 1, 1) * (position.view(-1, 1) - position).abs()).to(torch.bfloat16)
+            if causal:
+                bias = bias.masked_fill(position.view(-1, 1) < position, float("-inf"))
+            qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+            with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+                out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias.unsqueeze(0), enable_gqa=heads != heads_kv)
+            return torch.autograd.grad(out, (q, k, v), grad.transpose(1, 2))
+
+        calls = {"plain": ours, "softcap": lambda: ours(softcap=50.0), "alibi": lambda: ours(alibi_slopes=slopes),
+                 "recompute": recomputed, "sdpa": sdpa_alibi}
+        times, memory = measure(name, calls, input_bytes, args)
+        flops = 3.5 * 4 * batch * heads * seqlen * seqlen * head_dim * (0.5 if causal else 1.0)
+        tf = {n: flops / statistics.median(t) / 1e9 if t else float("nan") for n, t in times.items()}
+        print(f"| {name} | {tf['plain']:.1f} | {tf['softcap']:.1f} | {tf['softcap'] / tf['plain']:.2f} | "
+              f"{tf['alibi']:.1f} | {tf['alibi'] / tf['plain']:.2f} | {tf['recompute']:.1f} | {tf['sdpa']:.1f} | "
+              f"{memory.get('softcap', float('nan')):.1f}x |", flush=True)
 
 
 def varlen(args):

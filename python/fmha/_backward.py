@@ -6,7 +6,7 @@ import ctypes
 
 import torch
 
-from . import _library, backends
+from . import _catalogue, _library, backends
 
 _NO_DETERMINISTIC_LOOP = ("this build's backward kernels have no deterministic loop (`python3 setup.py --refresh "
                           "--deterministic-backward && make` builds it)")
@@ -17,9 +17,9 @@ _MAX_PLANS = 4096
 
 
 def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p, total_q,
-          deterministic):
+          deterministic, softcap, alibi):
     key = (device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, left, right, scale, dropout_p, total_q,
-           deterministic)
+           deterministic, softcap, alibi)
     if key in _plans:
         return _plans[key]
     if len(_plans) >= _MAX_PLANS:
@@ -29,8 +29,8 @@ def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, 
         library = _library.load()
         masked = int(left >= 0 or right >= 0)  # FlashAttention's window_size; causal is (-1, 0)
         problem = _library.Problem(dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, masked, left, right,
-                                   scale, int(total_q > 0), dropout_p=dropout_p, total_q=total_q,
-                                   deterministic=int(deterministic))
+                                   scale, int(total_q > 0), softcap=softcap, alibi=alibi, dropout_p=dropout_p,
+                                   total_q=total_q, deterministic=int(deterministic))
         plan, kernel, _ = library.plan_backward(problem, device)
         found = (library, plan, problem, kernel)
     except (OSError, _library.LibraryError):
@@ -55,13 +55,24 @@ def _strides(t):
     return batch, heads, seqlen
 
 
-def kernel_name(q, k, scale, left, right, dropout_p=0.0, packed=None, deterministic=False):
+def kernel_name(q, k, scale, left, right, dropout_p=0.0, packed=None, deterministic=False, softcap=0.0, alibi_slopes=None):
     """The backward kernel that would serve these tensors and options, or None."""
-    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic)
+    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic, softcap, _alibi_mode(alibi_slopes))
     return found[3] if found else None
 
 
-def _find(q, k, scale, left, right, dropout_p, packed, deterministic=False):
+def _readable_slopes(alibi_slopes):
+    """The slopes as the kernels read them (fmha._catalogue._alibi_mode), a copy only where needed."""
+    if alibi_slopes is None or _catalogue._alibi_mode(alibi_slopes) is not None:
+        return alibi_slopes
+    return alibi_slopes.contiguous()
+
+
+def _alibi_mode(alibi_slopes):
+    return _catalogue._alibi_mode(_readable_slopes(alibi_slopes))
+
+
+def _find(q, k, scale, left, right, dropout_p, packed, deterministic=False, softcap=0.0, alibi=0):
     dtype = _DTYPES.get(q.dtype)
     if dtype is None or not q.is_cuda or q.dim() != (3 if packed else 4):
         return None
@@ -73,21 +84,24 @@ def _find(q, k, scale, left, right, dropout_p, packed, deterministic=False):
         (batch, seqlen_q, heads, head_dim), total_q = q.shape, 0
         seqlen_kv, heads_kv = k.shape[1], k.shape[2]
     return _plan(q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, 2**31 - 1),
-                 min(right, 2**31 - 1), scale, dropout_p, total_q, deterministic)
+                 min(right, 2**31 - 1), scale, dropout_p, total_q, deterministic, softcap, alibi)
 
 
 def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right, dropout_p=0.0,
-        dropout_seed_offset=None, packed=None, deterministic=False):
+        dropout_seed_offset=None, packed=None, deterministic=False, softcap=0.0, alibi_slopes=None):
     """(dq, dk, dv) like q, k, v by a backward kernel, or None where none serves the call.
     dropout_p, dropout_seed_offset: the forward kernel's dropout (fmha._dropout). packed:
     (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), contiguous int32, for packed
     tokens q [total_q, h, d] and k, v [total_k, h_kv, d] (their LSE [h, total_q]), else None.
-    deterministic: dQ summed in a fixed order (bitwise-equal gradients for equal inputs)."""
+    deterministic: dQ summed in a fixed order (bitwise-equal gradients for equal inputs).
+    softcap, alibi_slopes: the forward's (FlashAttention's arguments)."""
     if lse is None or lse.numel() == 0:
         return None
-    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic)
+    alibi_slopes = _readable_slopes(alibi_slopes)
+    alibi = _catalogue._alibi_mode(alibi_slopes)
+    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic, softcap, alibi)
     if found is None:
-        if deterministic and _find(q, k, scale, left, right, dropout_p, packed) is not None:
+        if deterministic and _find(q, k, scale, left, right, dropout_p, packed, False, softcap, alibi) is not None:
             backends.fall_back(_NO_DETERMINISTIC_LOOP, False, "recomputing the backward in PyTorch")
         return None
     library, plan, problem, kernel = found
@@ -102,7 +116,8 @@ def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, lef
         seqlens_q.data_ptr() if seqlens_q is not None else 0, seqlens_kv.data_ptr() if seqlens_kv is not None else 0,
         lse.data_ptr(), grad_lse.data_ptr() if grad_lse is not None else 0,
         dropout_seed_offset.data_ptr() if dropout_p > 0 else 0,
-        *((packed[0].data_ptr(), packed[1].data_ptr(), q.shape[0], k.shape[0]) if packed else (0, 0, 0, 0)))
+        *((packed[0].data_ptr(), packed[1].data_ptr(), q.shape[0], k.shape[0]) if packed else (0, 0, 0, 0)),
+        alibi_slopes.data_ptr() if alibi_slopes is not None else 0)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     status = library.launch_backward(ctypes.addressof(plan), ctypes.addressof(problem), tensors, workspace.data_ptr(),
                                      plan.workspace_bytes, stream)

@@ -9,7 +9,7 @@ import os
 import struct
 from pathlib import Path
 
-ABI_VERSION = 6  # FMHA_ABI_VERSION of the header these structures mirror
+ABI_VERSION = 7  # FMHA_ABI_VERSION of the header these structures mirror
 
 # fmha_status
 OK, INVALID_ARGUMENT, NO_KERNEL, NO_DEVICE, RUNTIME_ERROR = range(5)
@@ -45,8 +45,9 @@ TENSORS = struct.Struct("@4P12q5P2i3P")
 
 
 # fmha_bwd_tensors as bytes: q, k, v, o, d_o, dq, dk, dv; their 24 strides; seqlens_q, seqlens_kv,
-# lse, d_lse, dropout_seed_offset, cu_seqlens_q, cu_seqlens_kv (0 for NULL); total_q, total_kv.
-BWD_TENSORS = struct.Struct("@8P24q7P2i")
+# lse, d_lse, dropout_seed_offset, cu_seqlens_q, cu_seqlens_kv (0 for NULL); total_q, total_kv;
+# alibi_slopes (v7).
+BWD_TENSORS = struct.Struct("@8P24q7P2iP")
 
 
 class KvAppend(ctypes.Structure):

@@ -44,13 +44,15 @@ def _attention_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor]
                         v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, seqlens_q: Optional[torch.Tensor],
                         seqlens_kv: Optional[torch.Tensor], softmax_scale: float, window_left: int,
                         window_right: int, dropout_p: float = 0.0, dropout_seed_offset: Optional[torch.Tensor] = None,
-                        deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        deterministic: bool = False, softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None
+                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grads = _backward_kernels.run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, softmax_scale, window_left,
-                                  window_right, dropout_p, dropout_seed_offset, deterministic=deterministic)
+                                  window_right, dropout_p, dropout_seed_offset, deterministic=deterministic,
+                                  softcap=softcap, alibi_slopes=alibi_slopes)
     if grads is None:
         grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, softmax_scale,
-                                         window_left, window_right, dropout_p=dropout_p,
-                                         keep=_keep_mask(dropout_p, dropout_seed_offset, q, k))
+                                         window_left, window_right, softcap, alibi_slopes, dropout_p,
+                                         _keep_mask(dropout_p, dropout_seed_offset, q, k))
     return tuple(g.contiguous() for g in grads)  # the layout the fake implementation states
 
 
@@ -59,7 +61,8 @@ attention_backward_op = torch.library.custom_op("fmha::attention_backward", muta
 
 @attention_backward_op.register_fake
 def _attention_backward_fake(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, softmax_scale, window_left,
-                             window_right, dropout_p=0.0, dropout_seed_offset=None, deterministic=False):
+                             window_right, dropout_p=0.0, dropout_seed_offset=None, deterministic=False, softcap=0.0,
+                             alibi_slopes=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -89,12 +92,8 @@ def _gradients(ctx, grad_out, grad_lse, backward_kernels):
     scale, left, right, dropout_p, softcap, deterministic = ctx.options
     if grad_lse is not None and grad_lse.numel() == 0:
         grad_lse = None
-    if softcap or alibi_slopes is not None:  # no backward kernel takes the scoring options yet
-        grads = _math.attention_backward(grad_out, grad_lse, q, k, v, seqlens_q, seqlens_kv, scale, left, right,
-                                         softcap, alibi_slopes, dropout_p, _keep_mask(dropout_p, seed_offset, q, k))
-    else:
-        grads = backward_kernels(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right,
-                                 dropout_p, seed_offset, deterministic)
+    grads = backward_kernels(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right, dropout_p,
+                             seed_offset, deterministic, softcap, alibi_slopes)
     return tuple(grads) + (None,) * 12
 
 

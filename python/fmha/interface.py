@@ -84,8 +84,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     The kernels read the packed tokens (and pages) in place, in the backward too (fmha._varlen).
     Calls they do not serve take the padded path: the tokens gathered into a padded batch
     ([batch, max_seqlen, heads, head_dim]) with per-sequence lengths, the output scattered back;
-    so do those with autograd or under torch.compile that page the keys or use softcap or
-    ALiBi, which no backward kernel takes.
+    so do those with autograd or under torch.compile that page the keys, which no backward
+    kernel takes.
     """
     deterministic = _checks.deterministic(deterministic)
     paged = block_table is not None
@@ -116,9 +116,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]  # the keys' lengths where they are pages, or padded
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     compiling = torch.compiler.is_compiling()
-    if (needs_grad or compiling) and _varlen.serves(paged, softcap, alibi_slopes, dropout_p, q):
+    if (needs_grad or compiling) and _varlen.serves(paged, dropout_p, q):
         out, lse = _varlen.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, left, right,
-                                     dropout_p, strict, deterministic)
+                                     dropout_p, strict, deterministic, softcap, alibi_slopes)
         return (out, lse) if return_lse else out
     if not needs_grad and not compiling and cu_seqlens_q.is_contiguous() and cu_seqlens_k.is_contiguous():
         launch, why_not = _catalogue.prepare(q, k, v, None, scale, left, right, dropout_p,

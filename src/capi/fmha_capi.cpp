@@ -26,8 +26,9 @@ static_assert(sizeof(fmha_tensors) == 200 && offsetof(fmha_tensors, seqlens_q) =
                   offsetof(fmha_tensors, cu_seqlens_q) == 152 && offsetof(fmha_tensors, alibi_slopes) == 176 &&
                   offsetof(fmha_tensors, dropout_seed_offset) == 192,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
-static_assert(sizeof(fmha_bwd_tensors) == 320 && offsetof(fmha_bwd_tensors, seqlens_q) == 256 &&
-                  offsetof(fmha_bwd_tensors, dropout_seed_offset) == 288 && offsetof(fmha_bwd_tensors, total_q) == 312,
+static_assert(sizeof(fmha_bwd_tensors) == 328 && offsetof(fmha_bwd_tensors, seqlens_q) == 256 &&
+                  offsetof(fmha_bwd_tensors, dropout_seed_offset) == 288 && offsetof(fmha_bwd_tensors, total_q) == 312 &&
+                  offsetof(fmha_bwd_tensors, alibi_slopes) == 320,
               "C ABI layout changed: bump FMHA_ABI_VERSION");
 static_assert(sizeof(fmha_kv_append) == 320 && offsetof(fmha_kv_append, k_new) == 72 &&
                   offsetof(fmha_kv_append, cache_seqlens) == 200 && offsetof(fmha_kv_append, seqlens_out) == 304,
@@ -219,6 +220,17 @@ void take_inputs(Params& params, const Tensors& t) {
     params.lse = t.lse;
     params.dropout.seed_offset = t.dropout_seed_offset;
 }
+
+// ALiBi's slopes are given exactly where the problem asks for ALiBi; the kernels' row stride of
+// them (FwdParams::alibi_batch_stride).
+fmha_status check_alibi(const Problem& p, const float* slopes) {
+    if (p.alibi != (slopes != nullptr))
+        return fail(FMHA_INVALID_ARGUMENT, p.alibi ? "problem.alibi needs tensors.alibi_slopes (fp32 [heads_q] or [batch, heads_q])"
+                                                   : "tensors.alibi_slopes is given but problem.alibi is 0");
+    if (reinterpret_cast<uintptr_t>(slopes) % 4 != 0) return fail(FMHA_INVALID_ARGUMENT, "tensors.alibi_slopes must be 4-byte aligned");
+    return FMHA_OK;
+}
+int alibi_batch_stride(const fmha_problem& problem) { return problem.alibi == 2 ? problem.heads_q : 0; }
 
 // Dropout's seed and offset are given exactly where the problem asks for dropout.
 fmha_status check_dropout(const Problem& p, const int64_t* seed_offset) {
@@ -434,11 +446,9 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
             return fail(FMHA_INVALID_ARGUMENT, p.paged() ? "problem.page_size " + std::to_string(p.page_size) +
                                                                " (paged KV) needs tensors.block_table"
                                                          : std::string("tensors.block_table is given but problem.page_size is 0"));
-        if (p.alibi != (t.alibi_slopes != nullptr))
-            return fail(FMHA_INVALID_ARGUMENT, p.alibi ? "problem.alibi needs tensors.alibi_slopes (fp32 [heads_q] or [batch, heads_q])"
-                                                       : "tensors.alibi_slopes is given but problem.alibi is 0");
-        if (reinterpret_cast<uintptr_t>(t.alibi_slopes) % 4 != 0 || reinterpret_cast<uintptr_t>(t.block_table) % 4 != 0)
-            return fail(FMHA_INVALID_ARGUMENT, "tensors.alibi_slopes and block_table must be 4-byte aligned");
+        if (const fmha_status status = check_alibi(p, t.alibi_slopes); status != FMHA_OK) return status;
+        if (reinterpret_cast<uintptr_t>(t.block_table) % 4 != 0)
+            return fail(FMHA_INVALID_ARGUMENT, "tensors.block_table must be 4-byte aligned");
         if (const fmha_status status = check_dropout(p, t.dropout_seed_offset); status != FMHA_OK) return status;
         if (const fmha_status status = check_device(plan->device, entry.key.arch, entry.name); status != FMHA_OK)
             return status;
@@ -446,7 +456,7 @@ fmha_status fmha_forward(const fmha_plan* plan, const fmha_problem* problem, con
         FwdParams params = shape_params(p);
         take_inputs(params, t);
         params.alibi_slopes = t.alibi_slopes;
-        params.alibi_batch_stride = problem->alibi == 2 ? p.heads_q : 0;
+        params.alibi_batch_stride = alibi_batch_stride(*problem);
         params.block_table = t.block_table;
         if (p.paged()) params.max_pages_per_seq = problem->max_pages_per_seq;  // the caller's table width
         if (p.layout == Layout::packed) {
@@ -515,11 +525,14 @@ fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, co
         if (!packed && (t.cu_seqlens_q || t.cu_seqlens_kv))
             return fail(FMHA_INVALID_ARGUMENT, "tensors.cu_seqlens_q or cu_seqlens_kv is given but problem.packed is 0");
         if (const fmha_status status = check_dropout(p, t.dropout_seed_offset); status != FMHA_OK) return status;
+        if (const fmha_status status = check_alibi(p, t.alibi_slopes); status != FMHA_OK) return status;
         if (const fmha_status status = check_device(plan->device, entry.key.arch, entry.name); status != FMHA_OK)
             return status;
 
         BwdParams params = backward_shape_params(p);
         take_inputs(params, t);
+        params.alibi_slopes = t.alibi_slopes;
+        params.alibi_batch_stride = alibi_batch_stride(*problem);
         params.d_o = t.d_o;
         params.dq = t.dq;
         params.dk = t.dk;

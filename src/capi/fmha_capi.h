@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a signature changes; callers check it before anything. */
-#define FMHA_ABI_VERSION 6
+#define FMHA_ABI_VERSION 7
 
 typedef enum fmha_status {
     FMHA_OK = 0,
@@ -121,6 +121,9 @@ typedef struct fmha_bwd_tensors {
     const int32_t* cu_seqlens_q;
     const int32_t* cu_seqlens_kv;
     int32_t total_q, total_kv;
+    /* v7: the forward's ALiBi slopes (problem.alibi), as fmha_tensors', else NULL. problem.softcap
+     * is the forward's too; a paged KV cache has no backward. */
+    const float* alibi_slopes;
 } fmha_bwd_tensors;
 
 /* A kernel chosen for a problem on a device, and the workspace bytes its launch needs. */

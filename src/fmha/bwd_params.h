@@ -46,6 +46,10 @@ struct BwdParams {
 
     float scale;
     KeyWindow window;  // masked kernels: as FwdParams::window
+    // The forward's scoring options, as FwdParams' (logit softcapping, ALiBi); 0 / nullptr: off.
+    float softcap;
+    const float* alibi_slopes;
+    int alibi_batch_stride;
 
     // Device scratch of at least BwdKernelEntry::workspace(params) bytes: the fp32 dQ
     // accumulator and D = rowsum(dO * O) per query row. Launches initialise it themselves.
@@ -59,6 +63,10 @@ struct BwdParams {
     // bitwise-equal gradients; off, they are added in the order the blocks reach them.
     bool deterministic;
 };
+
+// Whether the backward recomputes scores with softcapping or ALiBi: launches without them run a
+// loop compiled without them (src/kernels/mmabwd.h).
+inline bool has_scoring_options(const BwdParams& p) { return p.softcap != 0.f || p.alibi_slopes; }
 
 // The backward kernels' grid: one dimension, a block per tile of at least 64 keys of each KV
 // head of each sequence, and one more for a packed one (src/kernels/mmabwd/block_steps.h). The

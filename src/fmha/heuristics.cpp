@@ -114,7 +114,7 @@ Selection select_kernel(const Problem& p, Arch arch) {
 }
 
 BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
-    if (p.softcap != 0.f || p.alibi || p.paged()) return {nullptr, "the serving options have no backward kernel"};
+    if (p.paged()) return {nullptr, "the backward kernels take no paged KV cache (a cache is not trained)"};
     if (!bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv))
         return {nullptr, "the backward kernels take at most 2^31 - 1 tiles of 64 keys (key tiles x KV heads x batch)"};
     const KernelKey key{p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), Family::mmabwd, arch};

@@ -162,6 +162,7 @@ Params sized_params(const Problem& p) {
     params.head_dim = p.head_dim;
     params.scale = p.softmax_scale();
     params.window = p.mask.keys(p.seqlen_q, p.seqlen_kv);
+    params.softcap = p.softcap;
     return params;
 }
 
@@ -185,7 +186,6 @@ FwdParams shape_params(const Problem& p) {
     params.k_strides = s.k;
     params.v_strides = s.v;
     params.o_strides = s.o;
-    params.softcap = p.softcap;
     params.dropout.p = p.dropout;
     params.page_size = p.page_size;
     params.total_q = int(p.total_q);

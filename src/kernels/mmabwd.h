@@ -54,8 +54,9 @@ hipError_t launch_loop(hipStream_t stream, const BwdParams& p, const Arguments&.
     return hipSuccess;
 }
 
-// The main loop on the arch's matrix instructions, its deterministic form or the default one.
-template <class Config, bool kDeterministic>
+// The main loop on the arch's matrix instructions: deterministic or not, with the scoring
+// options or without (each its own instance: mma_sync_kernel.h, wgmma_kernel.h).
+template <class Config, bool kDeterministic, bool kOptions>
 hipError_t main_loop(const BwdParams& p, hipStream_t stream) {
     if constexpr (matrix_core(Config::arch) == MatrixCore::wgmma) {
         using T = WgmmaTiles<Config>;
@@ -69,11 +70,11 @@ hipError_t main_loop(const BwdParams& p, hipStream_t stream) {
             !hopper::encode_fp32_rows_map(&maps.dq_accum, Workspace::of(p).dq_accum, Workspace::rows(p), Config::head_dim,
                                           T::kQueries))
             return hipErrorInvalidValue;
-        return launch_loop<&wgmma_kernel<Config, kDeterministic>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
+        return launch_loop<&wgmma_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
     } else {
         static_assert(has_mma_sync(Config::arch), "mmabwd's main loop for this arch");
         using T = Tiles<Config>;
-        return launch_loop<&mma_sync_kernel<Config, kDeterministic>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p);
+        return launch_loop<&mma_sync_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p);
     }
 }
 
@@ -87,9 +88,12 @@ hipError_t launch(const BwdParams& p, hipStream_t stream) {
     const unsigned row_blocks = unsigned((row_threads + kRowThreads - 1) / kRowThreads);
     preprocess_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
 
+    const bool options = has_scoring_options(p);
     hipError_t loop;
-    if constexpr (kWithDeterministic) loop = p.deterministic ? main_loop<Config, true>(p, stream) : main_loop<Config, false>(p, stream);
-    else loop = main_loop<Config, false>(p, stream);
+    if (kWithDeterministic && p.deterministic)
+        loop = options ? main_loop<Config, kWithDeterministic, true>(p, stream) : main_loop<Config, kWithDeterministic, false>(p, stream);
+    else
+        loop = options ? main_loop<Config, false, true>(p, stream) : main_loop<Config, false, false>(p, stream);
     if (loop != hipSuccess) return loop;
     convert_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
     return hipGetLastError();

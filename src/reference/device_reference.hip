@@ -88,7 +88,7 @@ __global__ void reference_kernel(const FwdParams p, float* out, float* lse, cons
             for (int c = 0; c < p.head_dim; ++c) dot += load<kDType>(p.q, q_row + c) * load<kDType>(p.k, k_row + c);
             float s = dot * p.scale;
             if (p.softcap != 0.f) s = p.softcap * tanhf(s / p.softcap);
-            if (p.alibi_slopes) s -= p.alibi_slopes[h] * fabsf(float(i + len_kv - len_q - j));
+            if (p.alibi_slopes) s -= p.alibi_slopes[b * p.alibi_batch_stride + h] * fabsf(float(i + len_kv - len_q - j));
             return s;
         };
         float row_max = -INFINITY;
@@ -110,10 +110,11 @@ __global__ void reference_kernel(const FwdParams p, float* out, float* lse, cons
 }
 
 // The backward, one thread per query row, then one per key row, recomputing the probabilities
-// from the inputs (no softcapping or ALiBi: the backward kernels take neither). With
-// P = softmax(scale q k^T) per row, the dropout mask's weights W = kept / (1 - p) (all ones
-// without dropout), dP = W * (dO v^T) and D = rowsum(P * dP) (= rowsum(dO * O)):
-//   dS = P * (dP - D),  dQ = scale dS k,  dK = scale dS^T q,  dV = (W * P)^T dO,
+// from the inputs. With P = softmax(S) per row, S by FwdParams' rule (softcapping, ALiBi), G =
+// dS / d(scale q k^T) (1 - tanh^2 of the capped score, else 1), the dropout mask's weights
+// W = kept / (1 - p) (all ones without dropout), dP = W * (dO v^T) and D = rowsum(P * dP)
+// (= rowsum(dO * O)):
+//   dS = G * P * (dP - D),  dQ = scale dS k,  dK = scale dS^T q,  dV = (W * P)^T dO,
 // dK and dV summed over the query heads of each KV head.
 struct BackwardRow {  // a query row of BwdParams, located
     int64_t b;
@@ -131,6 +132,21 @@ __device__ inline BackwardRow backward_row(const BwdParams& p, int64_t row) {
     r.first = max(0, diagonal - p.window.left);
     r.last = r.i < r.len_q ? min(r.len_kv - 1, diagonal + p.window.right) : -1;
     return r;
+}
+
+// A score by FwdParams' rule from its dot product, and G, its derivative by scale * dot.
+struct ScoreAndGrad {
+    float score, grad;
+};
+__device__ inline ScoreAndGrad score_and_grad(const BwdParams& p, const BackwardRow& r, int j, float dot) {
+    ScoreAndGrad s{dot * p.scale, 1.f};
+    if (p.softcap != 0.f) {
+        const float t = tanhf(s.score / p.softcap);
+        s.score = p.softcap * t;
+        s.grad = 1.f - t * t;
+    }
+    if (p.alibi_slopes) s.score -= p.alibi_slopes[r.b * p.alibi_batch_stride + r.h] * fabsf(float(r.i + r.len_kv - r.len_q - j));
+    return s;
 }
 
 // Element (row, j)'s dropout weight: 1 / (1 - p) where kept, 0 where dropped, 1 without dropout.
@@ -157,11 +173,12 @@ __global__ void reference_backward_rows(const BwdParams p, const uint8_t* kept, 
         const int64_t do_row = row_offset(p.d_o_strides, p.cu_seqlens_q, r.b, r.i) + r.h * p.d_o_strides.head;
         auto k_row = [&](int j) { return row_offset(p.k_strides, p.cu_seqlens_kv, r.b, j) + hk * p.k_strides.head; };
         auto v_row = [&](int j) { return row_offset(p.v_strides, p.cu_seqlens_kv, r.b, j) + hk * p.v_strides.head; };
+        auto score = [&](int j) { return score_and_grad(p, r, j, dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim)); };
         float row_max = -INFINITY, sum = 0.f;
-        for (int j = r.first; j <= r.last; ++j) row_max = fmaxf(row_max, p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim));
-        for (int j = r.first; j <= r.last; ++j) sum += expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim) - row_max);
+        for (int j = r.first; j <= r.last; ++j) row_max = fmaxf(row_max, score(j).score);
+        for (int j = r.first; j <= r.last; ++j) sum += expf(score(j).score - row_max);
         const float lse = r.last < r.first ? -INFINITY : row_max + logf(sum);
-        auto prob = [&](int j) { return expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row(j), p.head_dim) - lse); };
+        auto prob = [&](int j) { return expf(score(j).score - lse); };
         auto d_prob = [&](int j) {  // dP
             return dropout_weight(p, kept, row, j) * dot_rows<kDType>(p.d_o, do_row, p.v, v_row(j), p.head_dim);
         };
@@ -172,7 +189,8 @@ __global__ void reference_backward_rows(const BwdParams p, const uint8_t* kept, 
         for (int c0 = 0; c0 < p.head_dim; c0 += kChunk) {
             float acc[kChunk] = {};
             for (int j = r.first; j <= r.last; ++j) {
-                const float ds = prob(j) * (d_prob(j) - d);
+                const ScoreAndGrad sj = score(j);
+                const float ds = sj.grad * expf(sj.score - lse) * (d_prob(j) - d);
                 for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) acc[c] += ds * load<kDType>(p.k, k_row(j) + c0 + c);
             }
             for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) out[c0 + c] = p.scale * acc[c];
@@ -201,9 +219,10 @@ __global__ void reference_backward_keys(const BwdParams p, const uint8_t* kept, 
                     if (j < r.first || j > r.last) continue;
                     const int64_t q_row = row_offset(p.q_strides, p.cu_seqlens_q, b, i) + h * p.q_strides.head;
                     const int64_t do_row = row_offset(p.d_o_strides, p.cu_seqlens_q, b, i) + h * p.d_o_strides.head;
-                    const float prob = expf(p.scale * dot_rows<kDType>(p.q, q_row, p.k, k_row, p.head_dim) - stats[row].x);
+                    const ScoreAndGrad s = score_and_grad(p, r, j, dot_rows<kDType>(p.q, q_row, p.k, k_row, p.head_dim));
+                    const float prob = expf(s.score - stats[row].x);
                     const float weight = dropout_weight(p, kept, row, j);
-                    const float ds = prob * (weight * dot_rows<kDType>(p.d_o, do_row, p.v, v_row, p.head_dim) - stats[row].y);
+                    const float ds = s.grad * prob * (weight * dot_rows<kDType>(p.d_o, do_row, p.v, v_row, p.head_dim) - stats[row].y);
                     for (int c = 0; c < kChunk && c0 + c < p.head_dim; ++c) {
                         acc_k[c] += ds * load<kDType>(p.q, q_row + c0 + c);
                         acc_v[c] += weight * prob * load<kDType>(p.d_o, do_row + c0 + c);

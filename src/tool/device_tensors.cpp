@@ -137,6 +137,7 @@ GradientSet::GradientSet(const TensorSet& forward, uint64_t seed)
     params.q_strides = f.q_strides, params.k_strides = f.k_strides, params.v_strides = f.v_strides, params.o_strides = f.o_strides;
     params.lse = forward.lse->get<float>();
     params.dropout = f.dropout;  // the forward's p, seed and offset: the backward regenerates its mask
+    params.alibi_slopes = f.alibi_slopes, params.alibi_batch_stride = f.alibi_batch_stride;  // (its softcap: the problem's)
     params.seqlens_q = f.seqlens_q, params.seqlens_kv = f.seqlens_kv;
     params.cu_seqlens_q = f.cu_seqlens_q, params.cu_seqlens_kv = f.cu_seqlens_kv;
     params.total_q = f.cu_seqlens_q ? f.total_q : 0, params.total_kv = f.cu_seqlens_kv ? f.total_kv : 0;

@@ -264,6 +264,14 @@ TEST(CApi, BackwardRejectsBadPlansAndTensors) {
     packed.total_q = 2 * 64 + 1;  // more tokens than batch x seqlen_q
     EXPECT_EQ(fmha_backward(&plan, &packed, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
     EXPECT_NE(error().find("total_q (129) must be in [0, batch x seqlen_q]"), std::string::npos) << error();
+    fmha_problem alibi = p;  // the forward's ALiBi: its slopes, exactly where the problem has it
+    alibi.alibi = 1;
+    EXPECT_EQ(fmha_backward(&plan, &alibi, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "problem.alibi needs tensors.alibi_slopes (fp32 [heads_q] or [batch, heads_q])");
+    bad = t;
+    bad.alibi_slopes = lse;
+    EXPECT_EQ(fmha_backward(&plan, &p, &bad, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_EQ(error(), "tensors.alibi_slopes is given but problem.alibi is 0");
 }
 
 // A valid append of 2 sequences, 1 new token, 2 KV heads of 128 into a cache of 64 (never launched here).

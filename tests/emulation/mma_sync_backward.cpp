@@ -111,6 +111,8 @@ struct Case {
     float dropout = 0.f;  // the forward's (common/dropout.h): the kernel regenerates its mask
     bool packed = false;  // varlen's lengths as a packed batch: tokens [total, h, d], cu_seqlens
     bool deterministic = false;  // dQ's adds in turns (dq_turns.h)
+    float softcap = 0.f;         // the scoring options (common/scoring.h: StepScoring)
+    bool alibi = false;          // slopes per query head
 };
 
 template <class Kernel>
@@ -171,6 +173,8 @@ bool run(const Case& c, unsigned seed) {
     for (auto& x : d_lse) x = c.d_lse ? u(rng) : 0.f;
     std::vector<double> rq(nq, 0.0), rk(nkv, 0.0), rv(nkv, 0.0);
     const int group = c.hq / c.hkv;
+    std::vector<float> slopes(c.hq);
+    for (int h = 0; h < c.hq; ++h) slopes[h] = 0.05f * float(h + 1);
     const int64_t seed_offset[2] = {int64_t(uint64_t(seed) * 0x9E3779B97F4A7C15ull), int64_t(seed) << 33};
     const Dropout dropout = Dropout::of(c.dropout, uint64_t(seed_offset[0]), uint64_t(seed_offset[1]));
     for (int b = 0; b < c.batch; ++b)
@@ -178,13 +182,20 @@ bool run(const Case& c, unsigned seed) {
             const int hk = h / group;
             for (int i = 0; i < lq[b]; ++i) {
                 const int diag = i + lkv[b] - lq[b];
-                std::vector<double> p(lkv[b], 0.0);
+                // Scores by FwdParams' rule; grad: d score / d (scale dot), 1 - tanh^2 where capped.
+                std::vector<double> p(lkv[b], 0.0), grad(lkv[b], 1.0);
                 double m = -INFINITY;
                 for (int j = 0; j < lkv[b]; ++j) {
                     if (kCausal && !(j <= diag && j > diag - window)) { p[j] = -INFINITY; continue; }
                     double dot = 0;
                     for (int x = 0; x < d; ++x) dot += value(q[at(sq, b, h, i) + x]) * value(k[at(skv, b, hk, j) + x]);
-                    p[j] = dot * scale, m = std::max(m, p[j]);
+                    p[j] = dot * scale;
+                    if (c.softcap > 0) {
+                        const double t = std::tanh(p[j] / c.softcap);
+                        p[j] = c.softcap * t, grad[j] = 1 - t * t;
+                    }
+                    if (c.alibi) p[j] -= slopes[h] * std::abs(diag - j);
+                    m = std::max(m, p[j]);
                 }
                 const size_t row = c.packed ? size_t(h) * tokens_q + cu_q[b] + i : (size_t(b) * c.hq + h) * c.sq + i;
                 if (m == -INFINITY) {  // sees no key: O = 0, LSE -inf, no gradient
@@ -212,7 +223,7 @@ bool run(const Case& c, unsigned seed) {
                     if (p[j] == 0.0) continue;
                     double dp = 0;
                     for (int x = 0; x < d; ++x) dp += value(d_o[at(sq, b, h, i) + x]) * value(v[at(skv, b, hk, j) + x]);
-                    const double ds = p[j] * (dp * z[j] - dd + d_lse[row]);
+                    const double ds = grad[j] * p[j] * (dp * z[j] - dd + d_lse[row]);
                     for (int x = 0; x < d; ++x) {
                         rv[at(skv, b, hk, j) + x] += p[j] * z[j] * value(d_o[at(sq, b, h, i) + x]);
                         rq[at(sq, b, h, i) + x] += scale * ds * value(k[at(skv, b, hk, j) + x]);
@@ -234,6 +245,7 @@ bool run(const Case& c, unsigned seed) {
     p.scale = float(scale), p.window = KeyWindow::of(window - 1, kCausal ? 0 : c.sq);  // causal: keys up to the diagonal
     p.dropout = {c.dropout, c.dropout > 0 ? seed_offset : nullptr};
     p.deterministic = c.deterministic;
+    p.softcap = c.softcap, p.alibi_slopes = c.alibi ? slopes.data() : nullptr;
     std::vector<float> workspace(mmabwd::Workspace::bytes(p) / 4, 12345.f);  // garbage: the launch initialises it
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * 4;
 
@@ -253,8 +265,15 @@ bool run(const Case& c, unsigned seed) {
         }
     });
     const int blocks = int(mmabwd::KeyTile::count(p, T::kKeys));
-    if (c.deterministic) run_grid(blocks, 1, 1, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config, true>(p); });
-    else run_grid(blocks, 1, 1, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config, false>(p); });
+    const auto loop = [&](auto deterministic, auto options) {
+        run_grid(blocks, 1, 1, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config, deterministic, options>(p); });
+    };
+    const auto with_options = [&](auto deterministic) {
+        if (has_scoring_options(p)) loop(deterministic, std::true_type{});
+        else loop(deterministic, std::false_type{});
+    };
+    if (c.deterministic) with_options(std::true_type{});
+    else with_options(std::false_type{});
     finished = true;
     watchdog.join();
     run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::convert_kernel<Config>(p); });
@@ -275,10 +294,11 @@ bool run(const Case& c, unsigned seed) {
     check("dq", dq, rq, eq), check("dk", dk, rk, ek), check("dv", dv, rv, ev);
     const double tolerance = kD == DType::fp16 ? 4e-3 : 3e-2;
     const bool ok = eq < tolerance && ek < tolerance && ev < tolerance;
-    std::printf("%s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
+    std::printf("%s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
                 ok ? "ok  " : "FAIL", kD == DType::fp16 ? "fp16" : "bf16", d, c.batch, c.hq, c.hkv, c.sq, c.skv,
                 kCausal ? window : 0, c.packed ? " packed" : c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "",
-                c.deterministic ? " deterministic" : "", eq, ek, ev);
+                c.deterministic ? " deterministic" : "", c.alibi ? " ALiBi" : "", eq, ek, ev);
+    if (c.softcap > 0) std::printf("     (softcap %.1f)\n", c.softcap);
     if (c.dropout > 0) std::printf("     (dropout %.2f)\n", c.dropout);
     return ok;
 }
@@ -303,6 +323,11 @@ int main() {
     ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({1, 4, 2, 150, 300, 100, false, false, 0.f, false, true}, 10);
     ok &= run<Cfg<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 70, 200, 0, false, false, 0.f, true, true}, 11);
     ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({2, 2, 2, 300, 130, 0, true, false, 0.f, false, true}, 12);
+    // Softcapping (dS times 1 - tanh^2; a cap near the scores' size, so that it bends them) and
+    // ALiBi (each row's own diagonal, per sequence), with the other paths.
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({2, 4, 2, 45, 77, 0, true, true, 0.f, false, false, 1.5f}, 13);
+    ok &= run<Cfg<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 40, 90, 0, false, false, 0.f, true, false, 0.f, true}, 14);
+    ok &= run<Cfg<DType::fp16, 64, Mask::nomask>>({1, 4, 2, 70, 150, 0, false, true, 0.3f, false, true, 2.f, true}, 15);
     std::printf("%s\n", ok ? "all cases match the reference" : "SOME CASES FAILED");
     return ok ? 0 : 1;
 }

@@ -33,7 +33,7 @@ def test_python_binding_mirrors_the_c_structs():
     assert ctypes.sizeof(_library.Problem) == 76
     assert ctypes.sizeof(_library.Plan) == 16
     assert ctypes.sizeof(_library.Tensors) == 200
-    assert _library.BWD_TENSORS.size == 320  # fmha_bwd_tensors (fmha_capi.cpp asserts the same)
+    assert _library.BWD_TENSORS.size == 328  # fmha_bwd_tensors (fmha_capi.cpp asserts the same)
     assert _library.Tensors.seqlens_q.offset == 128 and _library.Tensors.cu_seqlens_q.offset == 152
     assert _library.Tensors.alibi_slopes.offset == 176 and _library.Tensors.dropout_seed_offset.offset == 192
     # The hot path packs fmha_tensors with struct: the same bytes as the ctypes struct.

@@ -752,22 +752,24 @@ def test_torch_results_equal_fmha_exe(args, tmp_path):
 # ---------------------------------------------------------------- the backward kernels
 
 def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, seed=0, deterministic=False,
-                     lse_only=False):
+                     lse_only=False, softcap=0.0, alibi=None):
     """dq, dk, dv of flash_attn_func, served by a backward kernel, against fp64 by FlashAttention's
     rule (PyTorch's own error: the same attention in q's dtype). lse_only: only the LSE is
-    differentiated (the output's gradient is None), so dv is zero."""
+    differentiated (the output's gradient is None), so dv is zero. softcap, alibi (slopes):
+    FlashAttention's options, in the call and the references."""
     api = _api()
     from fmha import _backward
     scale = 1.0 / math.sqrt(q.shape[-1])
     left, right = window[0], 0 if causal else window[1]
-    kernel = _backward.kernel_name(q, k, scale, left, right, deterministic=deterministic)
+    kernel = _backward.kernel_name(q, k, scale, left, right, deterministic=deterministic, softcap=softcap,
+                                   alibi_slopes=alibi)
     assert kernel is not None and kernel.startswith("fmha_bwd_"), "no backward kernel serves the call"
     generator = torch.Generator(device="cuda").manual_seed(seed)
     grad = torch.randn(q.shape, dtype=q.dtype, device="cuda", generator=generator)
     grad_lse = torch.randn(q.shape[0], q.shape[2], q.shape[1], device="cuda", generator=generator)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     out, lse = api.flash_attn_func(*leaves, causal=causal, window_size=window, return_lse=True, strict=True,
-                                   deterministic=deterministic)
+                                   deterministic=deterministic, softcap=softcap, alibi_slopes=alibi)
     outputs, grads_out = ((out,), (grad,))
     if with_lse or lse_only:
         outputs, grads_out = ((lse,), (grad_lse,)) if lse_only else ((out, lse), (grad, grad_lse))
@@ -776,7 +778,7 @@ def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, see
         assert torch.count_nonzero(ours[2]) == 0, "dv of the LSE alone"
     for dtype in (torch.float64, q.dtype):
         inputs = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        result, result_lse = _reference(*inputs, causal=causal, window=window, dtype=dtype)
+        result, result_lse = _reference(*inputs, causal=causal, window=window, dtype=dtype, softcap=softcap, alibi=alibi)
         if lse_only:  # (the LSE does not depend on v: dq and dk only)
             grads = torch.autograd.grad(result_lse, inputs[:2], grad_lse.double())
         elif with_lse:  # _reference's LSE is fp64 of the inputs in `dtype`, differentiable
@@ -808,6 +810,29 @@ def test_torch_backward_kernel_matches_fp64(dtype, batch, seqlen_q, seqlen_kv, h
     q = _random(batch, seqlen_q, heads, head_dim, dtype=dt)
     k, v = (_random(batch, seqlen_kv, heads_kv, head_dim, dtype=dt) for _ in range(2))
     _check_gradients(q, k, v, causal=causal)
+
+
+@needs_cuda
+@pytest.mark.parametrize("options", ["softcap", "alibi", "both"])
+@pytest.mark.parametrize("dtype, batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal, window", [
+    ("bf16", 2, 77, 150, 8, 2, 64, True, (-1, -1)),      # GQA, bottom-right causal
+    ("fp16", 1, 129, 200, 4, 4, 128, False, (-1, -1)),   # no mask: ALiBi's distance both ways
+    ("fp16", 2, 100, 100, 4, 1, 128, True, (30, 0)),     # MQA, a window
+    ("bf16", 2, 90, 333, 4, 2, 256, True, (-1, -1)),     # d256 (Gemma-2's head_dim with softcapping)
+])
+def test_torch_backward_kernel_takes_softcap_and_alibi(monkeypatch, options, dtype, batch, seqlen_q, seqlen_kv, heads,
+                                                       heads_kv, head_dim, causal, window):
+    """Softcapping (dS times 1 - tanh^2) and ALiBi (the same slopes for every sequence, and a row
+    per sequence) in the backward kernels, no recompute (which raises here), of out and the LSE."""
+    from fmha import _math
+    monkeypatch.setattr(_math, "attention_backward", _no_recompute)
+    torch.manual_seed(36)
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    q = _random(batch, seqlen_q, heads, head_dim, dtype=dt)
+    k, v = (_random(batch, seqlen_kv, heads_kv, head_dim, dtype=dt) for _ in range(2))
+    softcap = 4.0 if options != "alibi" else 0.0  # near the scores' size: tanh bends them
+    alibi = None if options == "softcap" else _slopes(heads, "cuda", batch if options == "both" else None)
+    _check_gradients(q, k, v, causal=causal, window=window, with_lse=True, softcap=softcap, alibi=alibi)
 
 
 @needs_cuda
@@ -932,17 +957,20 @@ def _packed(lengths_q, lengths_k, heads, heads_kv, head_dim, dtype):
 
 
 @needs_cuda
-@pytest.mark.parametrize("lengths_q, lengths_k, heads, heads_kv, head_dim, causal, window, dtype", [
-    ([5, 0, 37, 64, 130], [17, 3, 64, 90, 129], 8, 2, 128, True, (-1, -1), "bf16"),  # an empty sequence, GQA
-    ([70, 1, 200], [70, 1, 200], 4, 4, 64, False, (-1, -1), "fp16"),                 # a 1-token sequence
-    ([33, 100, 65], [80, 41, 65], 6, 1, 128, True, (20, 0), "fp16"),                  # MQA, a window
-    ([90, 31], [150, 77], 4, 2, 256, True, (-1, -1), "bf16"),                         # d256
+@pytest.mark.parametrize("lengths_q, lengths_k, heads, heads_kv, head_dim, causal, window, dtype, softcap, alibi", [
+    ([5, 0, 37, 64, 130], [17, 3, 64, 90, 129], 8, 2, 128, True, (-1, -1), "bf16", 0.0, False),  # an empty sequence, GQA
+    ([70, 1, 200], [70, 1, 200], 4, 4, 64, False, (-1, -1), "fp16", 0.0, False),                # a 1-token sequence
+    ([33, 100, 65], [80, 41, 65], 6, 1, 128, True, (20, 0), "fp16", 0.0, False),                 # MQA, a window
+    ([90, 31], [150, 77], 4, 2, 256, True, (-1, -1), "bf16", 0.0, False),                        # d256
+    ([40, 1, 77], [90, 5, 60], 8, 2, 128, True, (-1, -1), "bf16", 5.0, True),                    # softcap, ALiBi per sequence
+    ([64, 130], [200, 31], 4, 4, 256, False, (-1, -1), "fp16", 6.0, False),                      # d256 softcap
 ])
 def test_torch_varlen_backward_kernel_matches_fp64(monkeypatch, lengths_q, lengths_k, heads, heads_kv, head_dim, causal,
-                                                   window, dtype):
+                                                   window, dtype, softcap, alibi):
     """flash_attn_varlen_func's gradients (of out and the LSE) by the packed backward kernel, with
     no padded copy and no recompute (which raises here), each sequence against fp64 by
-    FlashAttention's rule; an empty sequence's keys get zero gradients."""
+    FlashAttention's rule; an empty sequence's keys get zero gradients. softcap and alibi
+    (a row of slopes per sequence) as FlashAttention takes them."""
     api = _api()
     from fmha import _math
     monkeypatch.setattr(_math, "attention_backward", _no_recompute)
@@ -950,9 +978,11 @@ def test_torch_varlen_backward_kernel_matches_fp64(monkeypatch, lengths_q, lengt
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
     q, k, v, cu_q, cu_k = _packed(lengths_q, lengths_k, heads, heads_kv, head_dim, dt)
     grad, grad_lse = torch.randn_like(q), torch.randn(heads, q.shape[0], device="cuda")
+    slopes = _slopes(heads, "cuda", len(lengths_q)) if alibi else None
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     out, lse = api.flash_attn_varlen_func(*leaves, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal,
-                                          window_size=window, return_lse=True, strict=True)
+                                          window_size=window, return_lse=True, strict=True, softcap=softcap,
+                                          alibi_slopes=slopes)
     ours = torch.autograd.grad((out, lse), leaves, (grad, grad_lse))
     for b in range(len(lengths_q)):
         rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
@@ -964,7 +994,8 @@ def test_torch_varlen_backward_kernel_matches_fp64(monkeypatch, lengths_q, lengt
         for ref_dtype in (torch.float64, dt):
             inputs = [t.detach()[part].unsqueeze(0).to(ref_dtype).requires_grad_()
                       for t, part in ((q, rows), (k, keys), (v, keys))]
-            result, result_lse = _reference(*inputs, causal=causal, window=window, dtype=ref_dtype)
+            result, result_lse = _reference(*inputs, causal=causal, window=window, dtype=ref_dtype, softcap=softcap,
+                                            alibi=slopes[b:b + 1] if alibi else None)
             results[ref_dtype] = torch.autograd.grad((result, result_lse), inputs,
                                                      (grad[rows].unsqueeze(0).to(ref_dtype),
                                                       grad_lse[:, rows].unsqueeze(0).double()))

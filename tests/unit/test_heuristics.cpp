@@ -35,6 +35,9 @@ TEST(Heuristics, PicksTheBackwardKernelOfEveryGroupSize) {
         Problem packed = make(8, 2, k.head_dim, k.dtype, k.mask == Mask::causal);
         packed.layout = Layout::packed;
         EXPECT_EQ(select_bwd_kernel(packed, k.arch).entry, &entry) << entry.name;
+        Problem options = packed;  // softcapping and ALiBi: the same kernel, its options loop
+        options.softcap = 30.f, options.alibi = true;
+        EXPECT_EQ(select_bwd_kernel(options, k.arch).entry, &entry) << entry.name;
         packed.page_size = 64;  // a paged cache is not trained through
         EXPECT_EQ(select_bwd_kernel(packed, k.arch).entry, nullptr) << entry.name;
         // The deterministic loop where the generator built it, else a refusal naming its flag.

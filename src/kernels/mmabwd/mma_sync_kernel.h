@@ -18,6 +18,7 @@
 #include "kernels/common/dropout.h"
 #include "kernels/common/mask.h"
 #include "kernels/common/memory.h"
+#include "kernels/common/scoring.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/mma/mma_sync.h"
@@ -47,8 +48,8 @@ __device__ inline void store_rows(uint16_t* base, int64_t row_stride, const floa
     }
 }
 
-// kDeterministic: as wgmma_kernel's.
-template <class Config, bool kDeterministic>
+// kDeterministic, kOptions: as wgmma_kernel's.
+template <class Config, bool kDeterministic, bool kOptions>
 __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const BwdParams p) {
     using T = Tiles<Config>;
     using Numeric = DTypeTraits<Config::dtype>;
@@ -131,8 +132,12 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
         }
 
         const float keep_scale = dropping ? dropout.keep_scale : 1.f;
+        StepScoring scoring{};
+        if constexpr (kOptions)
+            scoring = StepScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch), st.head);
 
-        // P_d^T and dS^T in place of S^T and dP^T (C layout: key g (+8), queries 2t, 2t + 1).
+        // P_d^T and dS^T in place of S^T and dP^T (C layout: key g (+8), queries 2t, 2t + 1);
+        // with softcapping, dS^T times 1 - tanh^2 (StepScoring).
 #pragma unroll
         for (int n = 0; n < kQueryTiles8; ++n) {
             // Dropout's keep bits of the tile (block_steps.h), bit c for element c.
@@ -143,10 +148,17 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
             for (int c = 0; c < 4; ++c) {
                 const int key = key0 + 16 * warp + g + 8 * (c / 2), row = n * 8 + 2 * t + c % 2;
                 const bool seen = key < len_kv && (!kMasked || mask.sees(q0 + row, key));
-                const float prob = seen ? exp2_approx(s[n][c] * scale_log2 - s_lse[row]) : 0.f;
+                float score_grad = 1.f, prob = 0.f;
+                if (seen && kOptions) {
+                    const float score =
+                        scoring.capped() ? scoring.capped_score(scoring.tanh(s[n][c]), &score_grad) : scoring.score(s[n][c]);
+                    prob = scoring.probability(score, s_lse[row], mask.diagonal(q0 + row), key);
+                } else if (seen) {
+                    prob = exp2_approx(s[n][c] * scale_log2 - s_lse[row]);
+                }
                 const float keep = (kept >> c) & 1u ? keep_scale : 0.f;  // Z / (1 - p)
                 s[n][c] = prob * keep;
-                dp[n][c] = prob * (dp[n][c] * keep - s_d[row]);
+                dp[n][c] = prob * (dp[n][c] * keep - s_d[row]) * score_grad;
             }
         }
 

@@ -24,6 +24,7 @@
 #include "kernels/common/mask.h"
 #include "kernels/common/memory.h"
 #include "kernels/common/online_softmax.h"
+#include "kernels/common/scoring.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/mma/wgmma.h"
@@ -87,9 +88,10 @@ struct StepMaps {
     CUtensorMap q, d_o, dq_accum;
 };
 
-// kDeterministic: dQ's adds in turns (dq_turns.h), its own instance so that the default loop's
-// code stays as it is (docs/decisions.md, "Deterministic backward").
-template <class Config, bool kDeterministic>
+// kDeterministic: dQ's adds in turns (dq_turns.h); kOptions: softcapping and ALiBi
+// (common/scoring.h: StepScoring). Each its own instance, so that the default loop's code stays
+// as it is (docs/decisions.md, "Deterministic backward").
+template <class Config, bool kDeterministic, bool kOptions>
 __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     wgmma_kernel(const BwdParams p, const __grid_constant__ StepMaps maps) {
     using T = WgmmaTiles<Config>;
@@ -231,46 +233,81 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
             hopper::wgmma_commit();
         }
         if (kOverlappedDropout && dropping) keep_bits();
+        // Element e is key warp_keys + g + 8 (e / 2 % 2), row 8 (e / 4) + 2t + e % 2 of the step.
+        const auto key_of = [&](int e) { return warp_keys + g + 8 * wgmma::row_half(e); };
+        const auto row_of = [&](int e) { return 8 * (e / 4) + 2 * t + e % 2; };
+        // The mask is tested only where the step's rows and the block's keys are not all seen (the
+        // diagonal's steps, a sequence's last keys).
+        const auto seen = [&](int e, auto masked) {
+            return !decltype(masked)::value || (key_of(e) < len_kv && (!kMasked || mask.sees(st.q0 + row_of(e), key_of(e))));
+        };
         hopper::wgmma_wait<1>();  // S^T is done; dP^T may still run
         hopper::pin_registers(s);
-        // P^T in place of S^T; the mask is tested only where the step's rows and the block's keys
-        // are not all seen (the diagonal's steps, a sequence's last keys).
-        const auto probabilities = [&](auto masked) {
+        StepScoring scoring{};
+        if constexpr (kOptions)
+            scoring = StepScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch), st.head);
+        // P^T in place of S^T while dP^T runs; with softcapping (`capped`), S^T's tanh instead, and
+        // P^T with dS^T's factor 1 - tanh^2 once dP^T is done (StepScoring: recovering tanh from P
+        // would take a log, and holding both took registers that the d256 loop does not have).
+        const bool capped = kOptions && p.softcap != 0.f;
+        const auto probabilities = [&](auto masked, auto capping) {
 #pragma unroll
             for (int e = 0; e < kScores; ++e) {
-                const int key = warp_keys + g + 8 * wgmma::row_half(e), row = 8 * (e / 4) + 2 * t + e % 2;
-                const bool seen = !decltype(masked)::value || (key < len_kv && (!kMasked || mask.sees(st.q0 + row, key)));
-                s[e] = seen ? exp2_approx(s[e] * scale_log2 - s_lse[row]) : 0.f;
+                const bool in = seen(e, masked);
+                if constexpr (!kOptions) {
+                    s[e] = in ? exp2_approx(s[e] * scale_log2 - s_lse[row_of(e)]) : 0.f;
+                } else if constexpr (decltype(capping)::value) {
+                    s[e] = in ? scoring.tanh(s[e]) : -INFINITY;
+                } else {
+                    s[e] = in ? scoring.probability(scoring.score(s[e]), s_lse[row_of(e)], mask.diagonal(st.q0 + row_of(e)),
+                                                    key_of(e))
+                              : 0.f;
+                }
             }
         };
-        if (mask.sees_all(st.q0, T::kQueries, key0, T::kKeys)) probabilities(std::false_type{});
-        else probabilities(std::true_type{});
+        const auto with_mask = [&](auto capping) {
+            if (mask.sees_all(st.q0, T::kQueries, key0, T::kKeys)) probabilities(std::false_type{}, capping);
+            else probabilities(std::true_type{}, capping);
+        };
+        if (capped) with_mask(std::true_type{});
+        else with_mask(std::false_type{});
         hopper::wgmma_wait<0>();
         hopper::pin_registers(dp);
         // P_d^T and dS^T as the A operands of dV and dK: columns 16k .. 16k + 15 are step k.
         uint32_t a_p[kQuerySteps][4], a_ds[kQuerySteps][4];
-        const auto operands = [&](auto dropped) {  // (without dropout: no multiplies by 1)
+        // (The step's first diagonal from a value the compiler cannot see through: the
+        // deterministic options loop spilled with each row's diagonal derived from st.q0.)
+        const int diagonal0 = kOptions ? hopper::opaque(mask.diagonal(st.q0)) : 0;
+        const auto operands = [&](auto dropped, auto capping) {  // (without dropout: no multiplies by 1)
 #pragma unroll
             for (int e = 0; e < kScores; e += 2) {
-                const int row = 8 * (e / 4) + 2 * t;
+                const int row = row_of(e);
                 float pd[2], ds[2];
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
+                    float prob = s[e + i], score_grad = 1.f;
+                    if constexpr (decltype(capping)::value)
+                        prob = scoring.probability(scoring.capped_score(s[e + i], &score_grad), s_lse[row + i],
+                                                   diagonal0 + row + i, key_of(e));
                     if constexpr (decltype(dropped)::value) {
                         const float keep = (kept >> (e + i)) & 1u ? keep_scale : 0.f;  // Z / (1 - p)
-                        pd[i] = s[e + i] * keep;
-                        ds[i] = s[e + i] * (dp[e + i] * keep - s_d[row + i]);
+                        pd[i] = prob * keep;
+                        ds[i] = prob * (dp[e + i] * keep - s_d[row + i]) * score_grad;
                     } else {
-                        pd[i] = s[e + i];
-                        ds[i] = s[e + i] * (dp[e + i] - s_d[row + i]);
+                        pd[i] = prob;
+                        ds[i] = prob * (dp[e + i] - s_d[row + i]) * score_grad;
                     }
                 }
                 a_p[e / 8][e % 8 / 2] = hopper::pack_pair<kDType>(pd[0], pd[1]);
                 a_ds[e / 8][e % 8 / 2] = hopper::pack_pair<kDType>(ds[0], ds[1]);
             }
         };
-        if (dropping) operands(std::true_type{});
-        else operands(std::false_type{});
+        const auto with_dropout = [&](auto capping) {
+            if (dropping) operands(std::true_type{}, capping);
+            else operands(std::false_type{}, capping);
+        };
+        if (capped) with_dropout(std::true_type{});
+        else with_dropout(std::false_type{});
         const int kv_columns = wgmma::swizzled_offset(T::kQueries, 0, kv0);
         // dK += dS^T Q: issued after dQ's product where dQ is staged while it runs (see below).
         const auto issue_dk = [&] {
