@@ -111,7 +111,7 @@ struct Case {
     float dropout = 0.f;  // the forward's (common/dropout.h): the kernel regenerates its mask
     bool packed = false;  // varlen's lengths as a packed batch: tokens [total, h, d], cu_seqlens
     bool deterministic = false;  // dQ's adds in turns (dq_turns.h)
-    float softcap = 0.f;         // the scoring options (common/scoring.h: StepScoring)
+    float softcap = 0.f;         // the scoring options (mmabwd/step_scoring.h)
     bool alibi = false;          // slopes per query head
 };
 

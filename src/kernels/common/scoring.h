@@ -79,36 +79,6 @@ struct ScoreRule {
     __device__ static float bias(float slope_log2, int diagonal, int key) { return slope_log2 * float(abs(diagonal - key)); }
 };
 
-// The scoring options in the backward (mmabwd): one step's rule (a step is rows of one query
-// head), for the probabilities recomputed from the forward's LSE and for the derivative of the
-// capped score, 1 - tanh^2, by which dS is multiplied before dQ and dK.
-struct StepScoring {
-    ScoreRule rule;
-    float slope_log2;  // the step's head's ALiBi slope x log2(e); 0 without ALiBi
-
-    // slopes: the sequence's (sequence_slopes()), or nullptr.
-    __device__ static StepScoring of(float scale, float softcap, const float* slopes, int head) {
-        return {ScoreRule::of(scale, softcap), slopes ? slopes[head] * kLog2e : 0.f};
-    }
-
-    __device__ bool capped() const { return rule.cap_log2 != 0.f; }
-    // Without softcapping: a dot product's score in the log2 domain.
-    __device__ float score(float dot) const { return dot * rule.dot_scale; }
-    // With softcapping, in two parts, so that a loop can take the first while other work runs:
-    // a dot product's tanh ...
-    __device__ float tanh(float dot) const { return tanh_of_scaled(dot * rule.dot_scale); }
-    // ... then its score, and *score_grad = d score / d (scale dot) = 1 - tanh^2 (a masked
-    // element's tanh may be -inf: its score is -inf and its factor 0).
-    __device__ float capped_score(float tanh, float* score_grad) const {
-        *score_grad = fmaxf(1.f - tanh * tanh, 0.f);
-        return rule.cap_log2 * tanh;
-    }
-    // P of `key` for a row at `diagonal` from its score before ALiBi and the row's LSE x log2(e).
-    __device__ float probability(float score, float lse_log2, int diagonal, int key) const {
-        return exp2_approx(score - ScoreRule::bias(slope_log2, diagonal, key) - lse_log2);
-    }
-};
-
 // The scoring options' state for MMA accumulator fragments (the tensor-core prefill family,
 // whose main loop applies them to a tile's elements): the launch's rule and the ALiBi slope of
 // each of a thread's kRows rows.

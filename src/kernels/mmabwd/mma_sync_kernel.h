@@ -18,12 +18,12 @@
 #include "kernels/common/dropout.h"
 #include "kernels/common/mask.h"
 #include "kernels/common/memory.h"
-#include "kernels/common/scoring.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/mma/mma_sync.h"
 #include "kernels/mmabwd/block_steps.h"
 #include "kernels/mmabwd/dq_turns.h"
+#include "kernels/mmabwd/step_scoring.h"
 #include "kernels/mmabwd/tiles.h"
 #include "kernels/mmabwd/workspace.h"
 #include "kernels/numeric.h"
@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
         const float keep_scale = dropping ? dropout.keep_scale : 1.f;
         StepScoring scoring{};
         if constexpr (kOptions)
-            scoring = StepScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch), st.head);
+            scoring = StepScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch), st.head,
+                                      mask.diagonal(q0 + 2 * t) - (key0 + 16 * warp + g));
 
         // P_d^T and dS^T in place of S^T and dP^T (C layout: key g (+8), queries 2t, 2t + 1);
         // with softcapping, dS^T times 1 - tanh^2 (StepScoring).
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
                 if (seen && kOptions) {
                     const float score =
                         scoring.capped() ? scoring.capped_score(scoring.tanh(s[n][c]), &score_grad) : scoring.score(s[n][c]);
-                    prob = scoring.probability(score, s_lse[row], mask.diagonal(q0 + row), key);
+                    prob = scoring.probability(score, s_lse[row], 8 * n + c % 2 - 8 * (c / 2));
                 } else if (seen) {
                     prob = exp2_approx(s[n][c] * scale_log2 - s_lse[row]);
                 }

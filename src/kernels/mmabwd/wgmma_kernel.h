@@ -24,12 +24,12 @@
 #include "kernels/common/mask.h"
 #include "kernels/common/memory.h"
 #include "kernels/common/online_softmax.h"
-#include "kernels/common/scoring.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
 #include "kernels/mma/wgmma.h"
 #include "kernels/mmabwd/block_steps.h"
 #include "kernels/mmabwd/dq_turns.h"
+#include "kernels/mmabwd/step_scoring.h"
 #include "kernels/mmabwd/workspace.h"
 #include "kernels/numeric.h"
 #include "platform/hip_on_cuda/hopper.h"
@@ -89,7 +89,7 @@ struct StepMaps {
 };
 
 // kDeterministic: dQ's adds in turns (dq_turns.h); kOptions: softcapping and ALiBi
-// (common/scoring.h: StepScoring). Each its own instance, so that the default loop's code stays
+// (step_scoring.h). Each its own instance, so that the default loop's code stays
 // as it is (docs/decisions.md, "Deterministic backward").
 template <class Config, bool kDeterministic, bool kOptions>
 __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
@@ -236,6 +236,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         // Element e is key warp_keys + g + 8 (e / 2 % 2), row 8 (e / 4) + 2t + e % 2 of the step.
         const auto key_of = [&](int e) { return warp_keys + g + 8 * wgmma::row_half(e); };
         const auto row_of = [&](int e) { return 8 * (e / 4) + 2 * t + e % 2; };
+        const auto offset_of = [&](int e) { return 8 * (e / 4) + e % 2 - 8 * wgmma::row_half(e); };  // (StepScoring)
         // The mask is tested only where the step's rows and the block's keys are not all seen (the
         // diagonal's steps, a sequence's last keys).
         const auto seen = [&](int e, auto masked) {
@@ -245,7 +246,8 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         hopper::pin_registers(s);
         StepScoring scoring{};
         if constexpr (kOptions)
-            scoring = StepScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch), st.head);
+            scoring = StepScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch), st.head,
+                                      mask.diagonal(st.q0 + 2 * t) - (warp_keys + g));
         // P^T in place of S^T while dP^T runs; with softcapping (`capped`), S^T's tanh instead, and
         // P^T with dS^T's factor 1 - tanh^2 once dP^T is done (StepScoring: recovering tanh from P
         // would take a log, and holding both took registers that the d256 loop does not have).
@@ -259,9 +261,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                 } else if constexpr (decltype(capping)::value) {
                     s[e] = in ? scoring.tanh(s[e]) : -INFINITY;
                 } else {
-                    s[e] = in ? scoring.probability(scoring.score(s[e]), s_lse[row_of(e)], mask.diagonal(st.q0 + row_of(e)),
-                                                    key_of(e))
-                              : 0.f;
+                    s[e] = in ? scoring.probability(scoring.score(s[e]), s_lse[row_of(e)], offset_of(e)) : 0.f;
                 }
             }
         };
@@ -275,9 +275,6 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         hopper::pin_registers(dp);
         // P_d^T and dS^T as the A operands of dV and dK: columns 16k .. 16k + 15 are step k.
         uint32_t a_p[kQuerySteps][4], a_ds[kQuerySteps][4];
-        // (The step's first diagonal from a value the compiler cannot see through: the
-        // deterministic options loop spilled with each row's diagonal derived from st.q0.)
-        const int diagonal0 = kOptions ? hopper::opaque(mask.diagonal(st.q0)) : 0;
         const auto operands = [&](auto dropped, auto capping) {  // (without dropout: no multiplies by 1)
 #pragma unroll
             for (int e = 0; e < kScores; e += 2) {
@@ -288,7 +285,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
                     float prob = s[e + i], score_grad = 1.f;
                     if constexpr (decltype(capping)::value)
                         prob = scoring.probability(scoring.capped_score(s[e + i], &score_grad), s_lse[row + i],
-                                                   diagonal0 + row + i, key_of(e));
+                                                   offset_of(e + i));
                     if constexpr (decltype(dropped)::value) {
                         const float keep = (kept >> (e + i)) & 1u ? keep_scale : 0.f;  // Z / (1 - p)
                         pd[i] = prob * keep;
