@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.shapes import SHAPES
+from generator import render
 from generator.archs import ARCHS
 from generator.catalogue import KernelConfig
 from generator.tests.test_generator import *  # noqa: F401,F403  (the generator's tests)
@@ -193,8 +194,8 @@ def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):
 
 def test_the_deterministic_backward_is_refused_where_not_built():
     """-bwd -deterministic where the generator built no deterministic loop: exit 2 naming its flag (no GPU needed)."""
-    if json.loads((REPO / "generated" / "selection.json").read_text()).get("deterministic_backward"):
-        pytest.skip("this build has the deterministic loop (setup.py --deterministic-backward)")
+    if render.deterministic_backward(json.loads((REPO / "generated" / "selection.json").read_text())):
+        pytest.skip("this build has the deterministic loop (setup.py --no-deterministic-backward leaves it out)")
     result = fmha("-bwd", "-deterministic", "-d", "128", "-b", "1", "-h", "2", "-s", "64", "-bf16")
     if "no backward kernel in this build" in result.stderr:
         pytest.skip("no backward kernel in this build: " + result.stderr.strip())
@@ -685,7 +686,7 @@ def test_fmha_exe_checks_the_backward(name):
     if result.returncode == 2 and "no backward kernel in this build" in result.stderr:
         pytest.skip("no backward kernel for this device in this build: " + result.stderr.strip().splitlines()[0])
     if result.returncode == 2 and "no deterministic mode" in result.stderr:
-        pytest.skip("this build's backward has no deterministic loop (setup.py --deterministic-backward builds it)")
+        pytest.skip("this build's backward has no deterministic loop (setup.py --no-deterministic-backward)")
     assert result.returncode == 0, result.stdout + result.stderr
     for gradient in ("dQ", "dK", "dV"):
         assert f"Checks {gradient}.....: SUCCESS" in result.stdout, result.stdout

@@ -35,9 +35,10 @@ def parse_args(argv):
                    help="re-render the selection recorded in generated/selection.json (the "
                         "default catalogue when there is none); axis options add to it")
     p.add_argument("--out", default=str(REPO / "generated"), help="output folder (default: generated/)")
-    p.add_argument("--deterministic-backward", action="store_true",
-                   help="give the backward kernels their deterministic main loop too (FlashAttention's "
-                        "deterministic=True, fmha.exe -bwd -deterministic); it doubles their compile time")
+    p.add_argument("--deterministic-backward", action=argparse.BooleanOptionalAction, default=None,
+                   help="the backward kernels' deterministic main loop beside their default one (FlashAttention's "
+                        "deterministic=True, fmha.exe -bwd -deterministic; built unless --no-deterministic-backward, "
+                        "which takes about 40%% off their compile time)")
     for option, (axis, kind) in AXIS_OPTIONS.items():
         p.add_argument("--" + option.replace("_", "-"), nargs="+", type=kind, default=[],
                        metavar=axis.upper(), help=f"{axis} values (default: "
@@ -50,15 +51,18 @@ def selection_from_args(args):
     add = {axis: getattr(args, option) for option, (axis, _) in AXIS_OPTIONS.items()
            if getattr(args, option)}
     if not args.refresh:
-        return {"add": add, "only": args.only, "filter": args.filter or "*",
-                "deterministic_backward": args.deterministic_backward}
+        selection = {"add": add, "only": args.only, "filter": args.filter or "*"}
+        if args.deterministic_backward is not None:  # (else render.deterministic_backward's default)
+            selection["deterministic_backward"] = args.deterministic_backward
+        return selection
     if args.only or args.filter is not None:
         raise ValueError("--refresh keeps the recorded --only and --filter: leave out --refresh to change them")
     recorded = Path(args.out) / "selection.json"
     selection = json.loads(recorded.read_text()) if recorded.exists() else {"add": {}, "only": False, "filter": "*"}
     for axis, values in add.items():  # added to what was recorded, as the fmha.exe advice needs
         selection["add"][axis] = list(dict.fromkeys(selection["add"].get(axis, []) + values))
-    selection["deterministic_backward"] = selection.get("deterministic_backward", False) or args.deterministic_backward
+    if args.deterministic_backward is not None:
+        selection["deterministic_backward"] = args.deterministic_backward
     return selection
 
 
@@ -100,7 +104,7 @@ def main(argv=None):
         if skips:
             print(f"setup.py: skipped:{skips}", file=sys.stderr)
         return 0
-    if selection["deterministic_backward"] and not any(c.direction == "bwd" for c in configs):
+    if args.deterministic_backward and not any(c.direction == "bwd" for c in configs):
         print("setup.py: --deterministic-backward: the selection has no backward kernel", file=sys.stderr)
         return 2
     try:

@@ -40,21 +40,27 @@ def selection_json(selection):
     return json.dumps(selection, sort_keys=True)
 
 
+def deterministic_backward(selection):
+    """Whether the backward kernels get their deterministic loop: unless the selection says not."""
+    return selection.get("deterministic_backward", True)
+
+
 def render_all(configs, selection):
     """Returns {relative path: text} for the whole generated/ tree."""
     env = environment()
     files = {}
+    deterministic = deterministic_backward(selection)
     kernel_template = {"fwd": "kernel.hip.j2", "bwd": "kernel_bwd.hip.j2"}
     for config in configs:
         files[f"kernels/{config.name}.hip"] = env.get_template(kernel_template[config.direction]).render(
             config=config, arch=ARCHS[config.arch], family=FAMILIES[config.family],
-            deterministic=selection.get("deterministic_backward", False))
+            deterministic=deterministic)
     for platform in PLATFORMS:
         files[f"kernel_table_{platform}.cpp"] = env.get_template("kernel_table.cpp.j2").render(
             platform=platform, selection=selection_json(selection),
             configs=[c for c in configs if c.platform == platform and c.direction == "fwd"],
             bwd_configs=[c for c in configs if c.platform == platform and c.direction == "bwd"],
-            deterministic=selection.get("deterministic_backward", False))
+            deterministic=deterministic)
     files["fmha_catalogue.h"] = env.get_template("fmha_catalogue.h.j2").render(
         dtypes=DTYPES, heads_kinds=HEADS_KINDS, masks=MASKS, families=list(FAMILIES.values()),
         archs=list(ARCHS.values()), platforms=PLATFORMS, matrix_cores=MATRIX_CORES)

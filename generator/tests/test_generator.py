@@ -294,15 +294,18 @@ def test_adding_a_head_dim_changes_only_the_new_kernels_and_the_lists(tmp_path):
 
 def test_deterministic_backward_is_recorded_and_reaches_the_backward_kernels(tmp_path, capsys):
     out = ["--only", "--archs", "sm90", "--head-dims", "64", "--dtypes", "bf16", "--heads", "gqa", "--out", str(tmp_path)]
-    assert cli.main(out) == 0
-    source = (tmp_path / "kernels" / "fmha_bwd_bf16_d64_gqa_causal_mmabwd_sm90.hip").read_text()
-    assert "launch<Config, /*kWithDeterministic=*/false>" in source  # the default: one main loop
-    assert cli.main(out + ["--deterministic-backward"]) == 0
-    source = (tmp_path / "kernels" / "fmha_bwd_bf16_d64_gqa_causal_mmabwd_sm90.hip").read_text()
-    assert "launch<Config, /*kWithDeterministic=*/true>" in source
+    kernel = tmp_path / "kernels" / "fmha_bwd_bf16_d64_gqa_causal_mmabwd_sm90.hip"
+    assert cli.main(out) == 0  # the default: the deterministic loop beside the default one
+    assert "launch<Config, /*kWithDeterministic=*/true>" in kernel.read_text()
     assert '"fmha_bwd_bf16_d64_gqa_causal_mmabwd_sm90", true}' in (tmp_path / "kernel_table_nvidia.cpp").read_text()
+    assert cli.main(out + ["--no-deterministic-backward"]) == 0
+    assert "launch<Config, /*kWithDeterministic=*/false>" in kernel.read_text()
+    assert '"fmha_bwd_bf16_d64_gqa_causal_mmabwd_sm90", false}' in (tmp_path / "kernel_table_nvidia.cpp").read_text()
     assert cli.main(["--refresh", "--out", str(tmp_path)]) == 0  # kept by --refresh (what make runs)
+    assert json.loads((tmp_path / "selection.json").read_text())["deterministic_backward"] is False
+    assert cli.main(["--refresh", "--deterministic-backward", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "selection.json").read_text())["deterministic_backward"] is True
+    assert cli.main(["--only", "--families", "prefill", "--out", str(tmp_path)]) == 0  # (no backward: nothing to add)
     assert cli.main(["--only", "--families", "prefill", "--deterministic-backward", "--out", str(tmp_path)]) == 2
     assert "the selection has no backward kernel" in capsys.readouterr().err
 

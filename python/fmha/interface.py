@@ -19,7 +19,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     (FlashAttention's order). strict: raise fmha.UnsupportedError instead of falling back to
     PyTorch's attention (default: the FMHA_STRICT environment variable). deterministic: as
     FlashAttention's, bitwise-equal gradients for equal inputs: the backward kernels' deterministic
-    loop where the build has it (setup.py --deterministic-backward), else PyTorch's recompute.
+    loop where the build has it (all but setup.py --no-deterministic-backward), else PyTorch's recompute.
     Views whose last dimension is contiguous are read in place.
     """
     deterministic = _checks.deterministic(deterministic)

@@ -121,7 +121,7 @@ BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
     if (const BwdKernelEntry* entry = find_bwd_kernel(key)) {
         if (p.deterministic && !entry->deterministic)
             return {nullptr, "this build's backward kernels have no deterministic mode: `python3 setup.py --refresh "
-                             "--deterministic-backward && make` adds it (it doubles their compile time)"};
+                             "--deterministic-backward && make` adds it"};
         return {entry, std::string(entry->name) + ": " + kFamilyDescriptions[static_cast<int>(Family::mmabwd)]};
     }
     return {nullptr, std::string("no backward kernel in this build for ") + p.describe() + " on " + token(arch) +

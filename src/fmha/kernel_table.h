@@ -36,7 +36,7 @@ struct BwdKernelEntry {
     BwdLaunchFn launch;
     BwdWorkspaceFn workspace;
     const char* name = "";
-    bool deterministic = false;  // also has the deterministic main loop (setup.py --deterministic-backward)
+    bool deterministic = false;  // also has the deterministic main loop (unless setup.py --no-deterministic-backward)
 };
 
 // Every kernel this build holds (one platform's archs): forward, and backward.

@@ -79,7 +79,7 @@ hipError_t main_loop(const BwdParams& p, hipStream_t stream) {
 }
 
 // kWithDeterministic: the kernel has the deterministic main loop too (dq_turns.h), where the
-// generator was asked for it (setup.py --deterministic-backward); else it declines such calls.
+// generator built it (unless setup.py --no-deterministic-backward); else it declines such calls.
 template <class Config, bool kWithDeterministic = false>
 hipError_t launch(const BwdParams& p, hipStream_t stream) {
     if (!supports<Config>(p) || (p.deterministic && !kWithDeterministic)) return hipErrorInvalidValue;

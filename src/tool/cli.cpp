@@ -225,7 +225,7 @@ Run:
                           backward and timed (TFLOP/s count the backward as 2.5 forwards)
   -deterministic          with -bwd: dQ's partial sums added in a fixed order (the key tiles'),
                           so that equal inputs give bitwise-equal gradients (checked by a
-                          second launch); builds of setup.py --deterministic-backward only
+                          second launch); not in builds of setup.py --no-deterministic-backward
   -kernel NAME            run this kernel instead of the heuristic's choice (see -list)
   -save-tensors DIR       write q, k, v, o, with -lse lse (and the references) as .npy plus
                           meta.json to DIR; with -alibi the slopes, with -paged-kv the pages

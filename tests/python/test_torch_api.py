@@ -847,7 +847,7 @@ def test_deterministic_backward_repeats_bitwise(head_dim, causal):
     q = _random(2, 300, 8, head_dim)
     k, v = (_random(2, 1000, 2, head_dim) for _ in range(2))
     if _backward.kernel_name(q, k, 1.0, -1, 0 if causal else -1, deterministic=True) is None:
-        pytest.skip("this build's backward kernels have no deterministic loop (setup.py --deterministic-backward)")
+        pytest.skip("this build's backward kernels have no deterministic loop (setup.py --no-deterministic-backward)")
     _check_gradients(q, k, v, causal=causal, deterministic=True)
     grad = torch.randn_like(q)
     runs = []
@@ -881,7 +881,7 @@ def test_deterministic_without_its_loop_warns_and_recomputes():
     if _backward.kernel_name(q, k, 0.125, -1, 0) is None:
         pytest.skip("no backward kernel serves the shape in this build")
     if _backward.kernel_name(q, k, 0.125, -1, 0, deterministic=True) is not None:
-        pytest.skip("this build has the deterministic loop (setup.py --deterministic-backward)")
+        pytest.skip("this build has the deterministic loop (setup.py --no-deterministic-backward leaves it out)")
     grad = torch.randn_like(q)
     runs = []
     for _ in range(2):
