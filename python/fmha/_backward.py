@@ -57,7 +57,8 @@ def _strides(t):
 
 def kernel_name(q, k, scale, left, right, dropout_p=0.0, packed=None, deterministic=False, softcap=0.0, alibi_slopes=None):
     """The backward kernel that would serve these tensors and options, or None."""
-    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic, softcap, _alibi_mode(alibi_slopes))
+    alibi = _catalogue._alibi_mode(_readable_slopes(alibi_slopes))
+    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic, softcap, alibi)
     return found[3] if found else None
 
 
@@ -66,10 +67,6 @@ def _readable_slopes(alibi_slopes):
     if alibi_slopes is None or _catalogue._alibi_mode(alibi_slopes) is not None:
         return alibi_slopes
     return alibi_slopes.contiguous()
-
-
-def _alibi_mode(alibi_slopes):
-    return _catalogue._alibi_mode(_readable_slopes(alibi_slopes))
 
 
 def _find(q, k, scale, left, right, dropout_p, packed, deterministic=False, softcap=0.0, alibi=0):
