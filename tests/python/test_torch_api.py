@@ -1253,6 +1253,28 @@ def test_torch_alibi_slopes_per_sequence(seqlen_q, seqlen_kv, causal, head_dim):
 
 
 @needs_cuda
+@pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (150, 37), (0, 40), (60, 0)], ids=str)
+@pytest.mark.parametrize("sign", [1, -1], ids=["slopes_positive", "slopes_negative"])
+@pytest.mark.parametrize("head_dim, softcap", [(64, 0.0), (128, 10.0), (256, 0.0)])
+def test_torch_alibi_either_sign_and_side_matches_fp64(window, sign, head_dim, softcap):
+    """ALiBi's bias, slope x |i - j| subtracted, for slopes of either sign (models' are positive;
+    the API does not say so), with keys on both sides of the diagonal, causal and with windows
+    reaching past it: the tensor-core prefill's forms (unmasked steps of a causal launch take
+    keys at or below the diagonal), against the fp64 reference, several key tiles per row."""
+    api = _api()
+    torch.manual_seed(13)
+    q, k, v = _random(2, 333, 8, head_dim), _random(2, 400, 2, head_dim), _random(2, 400, 2, head_dim)
+    alibi = sign * _slopes(8, "cuda")
+    options = dict(window_size=window, softcap=softcap, alibi_slopes=alibi)
+    assert api.which_backend(q, k, v, **options).backend == "fmha"
+    out, lse = api.flash_attn_func(q, k, v, return_lse=True, strict=True, **options)
+    reference, reference_lse = _reference(q, k, v, window=window, softcap=softcap, alibi=alibi)
+    pytorch, _ = _reference(q, k, v, window=window, softcap=softcap, alibi=alibi, dtype=q.dtype)
+    _assert_flash_rule(out, reference, pytorch)
+    torch.testing.assert_close(lse.double(), reference_lse, atol=2e-3, rtol=1e-3)
+
+
+@needs_cuda
 @pytest.mark.parametrize("paged", [False, True])
 def test_torch_varlen_softcap_alibi_and_pages(paged):
     api = _api()

@@ -111,6 +111,7 @@ struct KeyTiles {
     int masked_below;  // and so do those starting at or before this one (its left edge; keys before the sequence)
     KeyWindow window;
     int diagonal[kThreadRows];  // of this thread's rows
+    int first_diagonal, last_diagonal;  // of the consumer's first and last rows
 
     // row0: the consumer's first row in the tile, of consumer_rows.
     template <class Work>
@@ -124,6 +125,7 @@ struct KeyTiles {
         k.masked_above = kMasked ? w.mask.diagonal(first) + window.right : w.len_kv - 1;
         k.masked_below = kMasked ? max(w.mask.diagonal(last) - window.left - 1, -1) : -1;
         for (int h = 0; h < kThreadRows; ++h) k.diagonal[h] = w.mask.diagonal(position[h]);
+        k.first_diagonal = w.mask.diagonal(first), k.last_diagonal = w.mask.diagonal(last);
         int lo = 0, hi = 0;
         if (first <= last) w.mask.key_range(first, last, lo, hi);
         // Key tile i holds keys [tiles_end - (i + 1) block_keys, tiles_end - i block_keys).
@@ -138,6 +140,12 @@ struct KeyTiles {
         const int k0 = first_key(i, block_keys);
         const bool outside = k0 < 0 || k0 + block_keys > seen_end;
         return kMasked ? outside || k0 + block_keys - 1 > masked_above || k0 <= masked_below : outside;
+    }
+    // Whether key tile i holds keys on both sides of some row's diagonal: keys past the first
+    // row's and at or before the last row's.
+    __device__ bool crosses_diagonal(int i, int block_keys) const {
+        const int k0 = first_key(i, block_keys);
+        return k0 + block_keys - 1 > first_diagonal && k0 <= last_diagonal;
     }
     // Keys outside [0, seen_end) and the shared mask rule are left to check.
     __device__ bool sees(int h, int key) const {

@@ -332,22 +332,30 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     };
     // Key tile i's dot products as scores with softcapping (kCapped) and ALiBi (kBiased), in the
     // log2 domain (the softmax then takes them with a scale of 1); elsewhere left as they are.
-    // ALiBi's |diagonal - key| as |base - slope column|, base per row and tile: no per-element
-    // integer conversion.
-    auto apply_scoring = [&](int i, auto kCapped, auto kBiased) {
+    // ALiBi subtracts slope |diagonal - key| (any sign of slope), the distance a per-row float
+    // minus the element's column (no per-element integer conversion). Unmasked steps' tiles lie
+    // on one side of every row's diagonal (tiles crossing one take the masked step), where the
+    // bias is linear in the column: one fused multiply-add, the side folded into the slope.
+    auto apply_scoring = [&](int i, auto kCapped, auto kBiased, auto masked) {
         if constexpr (decltype(kCapped)::value || decltype(kBiased)::value) {
             const int k0 = keys.first_key(i, T::kBlockKeys) + 2 * (thread % 4);  // the thread's first column
-            float base[2];
+            float distance[2], slope[2];  // per row: diagonal - k0, and the slope (unmasked: signed by the side)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) base[h] = scoring.slope_log2[h] * float(keys.diagonal[h] - k0);
+            for (int h = 0; h < 2; ++h) {
+                distance[h] = float(keys.diagonal[h] - k0);
+                const bool above = keys.first_key(i, T::kBlockKeys) > keys.diagonal[h];
+                slope[h] = decltype(masked)::value || !above ? scoring.slope_log2[h] : -scoring.slope_log2[h];
+            }
 #pragma unroll
             for (int e = 0; e < T::kBlockKeys / 2; ++e) {
                 const int h = wgmma::row_half(e);
-                const float y = s[e] * scoring.rule.dot_scale;
-                float x = decltype(kCapped)::value ? scoring.rule.cap_log2 * tanh_of_scaled(y) : y;
-                if constexpr (decltype(kBiased)::value)
-                    x -= fabsf(fmaf(-scoring.slope_log2[h], float(8 * (e / 4) + e % 2), base[h]));
-                s[e] = x;
+                const float column = float(8 * (e / 4) + e % 2);
+                const float bias = !decltype(kBiased)::value ? 0.f
+                                   : decltype(masked)::value ? slope[h] * fabsf(distance[h] - column)
+                                                             : fmaf(-slope[h], column, slope[h] * distance[h]);
+                // The score's fused multiply-add subtracts the bias (written out: ptxas left it a multiply and an add).
+                s[e] = decltype(kCapped)::value ? fmaf(scoring.rule.cap_log2, tanh_of_scaled(s[e] * scoring.rule.dot_scale), -bias)
+                                                : fmaf(s[e], scoring.rule.dot_scale, -bias);
             }
         }
     };
@@ -459,6 +467,10 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
 #pragma unroll
             for (int h = 0; h < 2; ++h) position[h] = position_of(row0 + wgmma::accumulator_position(thread, 2 * h).row);
             keys = KeyTiles<kMasked, 2>::of(work, tiling, row0, wgmma::kRows, p.window, position, T::kBlockKeys);
+            // ALiBi's unmasked steps take tiles on one side of every row's diagonal: in a masked
+            // launch those past the first row's (a window's right side) take the masked step,
+            // elsewhere those crossing a diagonal (below).
+            if (kMasked && biased) keys.masked_above -= max(p.window.right, 0);
             if constexpr (kServing) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
@@ -504,7 +516,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                 if (T::kOwnOutputRows) hopper::barrier_arrive_if(pipe.q_empty(), leader && keys.end - keys.begin == 1);
                 float rescale[2];  // for O, before it takes the latest key tile's P.V
                 with_scoring([&](auto kCapped, auto kBiased) {
-                    apply_scoring(keys.begin, kCapped, kBiased);
+                    apply_scoring(keys.begin, kCapped, kBiased, std::true_type{});
                     if (keys.needs_mask(keys.begin, T::kBlockKeys)) apply_mask(keys.begin);
                     softmax.update(s, softmax_scale(kCapped, kBiased), rescale, row_of);
                 });
@@ -528,7 +540,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                     hopper::barrier_arrive_if(pipe.k_empty(stage), leader);
                     if constexpr (T::kOwnOutputRows)  // the producer may load the next Q
                         hopper::barrier_arrive_if(pipe.q_empty(), leader && i == keys.end - 1);
-                    apply_scoring(i, kCapped, kBiased);
+                    apply_scoring(i, kCapped, kBiased, masked);
                     if constexpr (decltype(masked)::value) apply_mask(i);
                     softmax.update(s, softmax_scale(kCapped, kBiased), rescale, row_of);
                     hopper::wgmma_wait<0>();  // P.V of tile i-1 is done: its registers are free
@@ -540,7 +552,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                 };
                 for (int i = keys.begin + 1; i < keys.end; ++i) {
                     with_scoring([&](auto kCapped, auto kBiased) {
-                        if (keys.needs_mask(i, T::kBlockKeys))
+                        if (keys.needs_mask(i, T::kBlockKeys) ||
+                            (!kMasked && decltype(kBiased)::value && keys.crosses_diagonal(i, T::kBlockKeys)))
                             overlapped_step(i, std::true_type{}, kCapped, kBiased);
                         else
                             overlapped_step(i, std::false_type{}, kCapped, kBiased);
