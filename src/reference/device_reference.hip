@@ -48,6 +48,24 @@ __device__ inline int64_t row_offset(const TensorStrides& s, const int* cu_seqle
     return cu_seqlens ? (cu_seqlens[b] + row) * s.row : b * s.batch + row * s.row;
 }
 
+// A score by FwdParams' rule (softcapping, then ALiBi; either direction's params) from its dot
+// product, for query head h of sequence b at `distance` = diagonal - key, and G, its derivative
+// by scale * dot (1 - tanh^2 of the capped score, else 1).
+struct ScoreAndGrad {
+    float score, grad;
+};
+template <class Params>
+__device__ inline ScoreAndGrad score_and_grad(const Params& p, int64_t b, int h, int distance, float dot) {
+    ScoreAndGrad s{dot * p.scale, 1.f};
+    if (p.softcap != 0.f) {
+        const float t = tanhf(s.score / p.softcap);
+        s.score = p.softcap * t;
+        s.grad = 1.f - t * t;
+    }
+    if (p.alibi_slopes) s.score -= p.alibi_slopes[b * p.alibi_batch_stride + h] * fabsf(float(distance));
+    return s;
+}
+
 // One thread per query row: pass 1 finds the row maximum, pass 2 accumulates exp-weighted V
 // in column chunks (recomputing the scores per chunk keeps per-thread state small). Scores
 // follow FwdParams' rule: softcapping, then ALiBi, then the mask. With dropout, V's weights
@@ -86,10 +104,7 @@ __global__ void reference_kernel(const FwdParams p, float* out, float* lse, cons
             const int64_t k_row = kv_row(p.k_strides, j);
             float dot = 0.f;
             for (int c = 0; c < p.head_dim; ++c) dot += load<kDType>(p.q, q_row + c) * load<kDType>(p.k, k_row + c);
-            float s = dot * p.scale;
-            if (p.softcap != 0.f) s = p.softcap * tanhf(s / p.softcap);
-            if (p.alibi_slopes) s -= p.alibi_slopes[b * p.alibi_batch_stride + h] * fabsf(float(i + len_kv - len_q - j));
-            return s;
+            return score_and_grad(p, b, h, diagonal - j, dot).score;
         };
         float row_max = -INFINITY;
         for (int j = first; j <= last; ++j) row_max = fmaxf(row_max, score(j));
@@ -134,19 +149,9 @@ __device__ inline BackwardRow backward_row(const BwdParams& p, int64_t row) {
     return r;
 }
 
-// A score by FwdParams' rule from its dot product, and G, its derivative by scale * dot.
-struct ScoreAndGrad {
-    float score, grad;
-};
+// score_and_grad() for a located backward row.
 __device__ inline ScoreAndGrad score_and_grad(const BwdParams& p, const BackwardRow& r, int j, float dot) {
-    ScoreAndGrad s{dot * p.scale, 1.f};
-    if (p.softcap != 0.f) {
-        const float t = tanhf(s.score / p.softcap);
-        s.score = p.softcap * t;
-        s.grad = 1.f - t * t;
-    }
-    if (p.alibi_slopes) s.score -= p.alibi_slopes[r.b * p.alibi_batch_stride + r.h] * fabsf(float(r.i + r.len_kv - r.len_q - j));
-    return s;
+    return score_and_grad(p, r.b, r.h, r.i + r.len_kv - r.len_q - j, dot);
 }
 
 // Element (row, j)'s dropout weight: 1 / (1 - p) where kept, 0 where dropped, 1 without dropout.
