@@ -338,12 +338,12 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     // bias is linear in the column: one fused multiply-add, the side folded into the slope.
     auto apply_scoring = [&](int i, auto kCapped, auto kBiased, auto masked) {
         if constexpr (decltype(kCapped)::value || decltype(kBiased)::value) {
-            const int k0 = keys.first_key(i, T::kBlockKeys) + 2 * (thread % 4);  // the thread's first column
+            const int tile_k0 = keys.first_key(i, T::kBlockKeys), k0 = tile_k0 + 2 * (thread % 4);  // k0: the thread's first column
             float distance[2], slope[2];  // per row: diagonal - k0, and the slope (unmasked: signed by the side)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 distance[h] = float(keys.diagonal[h] - k0);
-                const bool above = keys.first_key(i, T::kBlockKeys) > keys.diagonal[h];
+                const bool above = tile_k0 > keys.diagonal[h];
                 slope[h] = decltype(masked)::value || !above ? scoring.slope_log2[h] : -scoring.slope_log2[h];
             }
 #pragma unroll
