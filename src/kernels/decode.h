@@ -134,8 +134,9 @@ template <class Config, int GroupWidth, class Fn>
 auto with_variant(const FwdParams& p, Fn&& fn) {
     const int rows = rows_per_pass(p);
     const bool options = has_run_time_options(p);
-    const Keys keys = key_variant(p.seqlen_kv, kFewKeyRange<Config, GroupWidth>,
-                                  kNarrowFewKeys<Config, GroupWidth> && !options, rows_per_kv_head(p));
+    // (The options variant keeps its few-keys variant at head dim 256: not measured there.)
+    const Keys keys = key_variant(p.seqlen_kv, kFewKeyRange<Config, GroupWidth>, kNarrowFewKeys<Config, GroupWidth> && !options,
+                                  rows_per_kv_head(p), kUsesWarpMma<Config, GroupWidth> && !options);
     if (options) {
         // One variant per key range instead of one per row count keeps the build time: more
         // rows than a pass holds take more passes. The few-keys variant serves two keys too.

@@ -39,16 +39,25 @@ inline constexpr int kMinNarrowSlots = 5;
 // vectors a lane (teams of head_dim / 16 lanes, as the two-key variant's), else 8 keys of one.
 constexpr int narrow_few_range(int seqlen_kv) { return seqlen_kv <= 4 ? 4 : kMaxNarrowFewKeys; }
 
+// Where the loop runs on warp MMAs but the narrow ranges do not (head dim 256), the wide
+// few-keys variant keeps few rows per KV head: it reads a row's keys once per row, so that at 8
+// rows it fell to 0.33-0.43 of copy from 3 keys, where the tensor-core loop's one step, which
+// reads them once for all rows, took 0.52-0.74 (at 4 rows from 6 keys; docs/decisions.md).
+inline constexpr int kMinLoopRows = 8;
+inline constexpr int kMinLoopRowsFromSixKeys = 4;
+
 // The heuristic's choice of key variant for seqlen_kv keys and `rows` query rows per KV head,
 // where the `few` variant takes up to few_range keys. Two keys keep the `two` variant (one key
 // per lane slice, several work items a wave); past few_range, the loop. Where the loop runs on
-// warp MMAs (tensor_cores), the narrow few-keys ranges instead.
-constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = false, int rows = 1) {
+// warp MMAs (tensor_cores), the narrow few-keys ranges instead; where it does without them
+// (tensor_loop), the loop takes many rows from 3 keys.
+constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = false, int rows = 1, bool tensor_loop = false) {
     return seqlen_kv <= kShortKeyRange ? Keys::two
            : tensor_cores ? ((seqlen_kv <= kMaxNarrowFewKeys && rows <= kMaxNarrowFewRows) ||
                                      (narrow_few_range(seqlen_kv) == 4 && rows <= kMaxNarrowFewRowsAtFourKeys)
                                  ? Keys::few
                                  : Keys::many)
+           : tensor_loop && (rows >= kMinLoopRows || (rows >= kMinLoopRowsFromSixKeys && seqlen_kv >= 6)) ? Keys::many
            : seqlen_kv <= few_range ? Keys::few
                                     : Keys::many;
 }
