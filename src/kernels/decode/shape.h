@@ -40,9 +40,9 @@ inline constexpr int kMinNarrowSlots = 5;
 constexpr int narrow_few_range(int seqlen_kv) { return seqlen_kv <= 4 ? 4 : kMaxNarrowFewKeys; }
 
 // Where the loop runs on warp MMAs but the narrow ranges do not (head dim 256), the wide
-// few-keys variant keeps few rows per KV head: it reads a row's keys once per row, so that at 8
-// rows it fell to 0.33-0.43 of copy from 3 keys, where the tensor-core loop's one step, which
-// reads them once for all rows, took 0.52-0.74 (at 4 rows from 6 keys; docs/decisions.md).
+// few-keys variant keeps few rows per KV head: it reads a row's keys once per row, where the
+// tensor-core loop's one step reads them once for all rows, faster from 8 rows at 3 keys and
+// from 4 rows at 6 (docs/decisions.md, "Tenth session").
 inline constexpr int kMinLoopRows = 8;
 inline constexpr int kMinLoopRowsFromSixKeys = 4;
 
