@@ -111,7 +111,7 @@ struct KeyTiles {
     int masked_below;  // and so do those starting at or before this one (its left edge; keys before the sequence)
     KeyWindow window;
     int diagonal[kThreadRows];  // of this thread's rows
-    int first_diagonal, last_diagonal;  // of the consumer's first and last rows
+    int first_diagonal, last_diagonal;  // of the consumer's first and last rows (unmasked launches read them)
 
     // row0: the consumer's first row in the tile, of consumer_rows.
     template <class Work>
@@ -141,11 +141,15 @@ struct KeyTiles {
         const bool outside = k0 < 0 || k0 + block_keys > seen_end;
         return kMasked ? outside || k0 + block_keys - 1 > masked_above || k0 <= masked_below : outside;
     }
-    // Whether key tile i holds keys on both sides of some row's diagonal: keys past the first
-    // row's and at or before the last row's.
-    __device__ bool crosses_diagonal(int i, int block_keys) const {
-        const int k0 = first_key(i, block_keys);
-        return k0 + block_keys - 1 > first_diagonal && k0 <= last_diagonal;
+    // needs_mask(), and with `one_sided` also the tiles holding keys on both sides of some row's
+    // diagonal, so that each of the others lies on one side of every row's (ALiBi's linear form in
+    // wgmma_kernel.h): past the first row's diagonal and at or before the last row's. Masked
+    // launches take every tile past the first row's (derived from masked_above: no register more
+    // through the loop; the causal mask takes them anyway, a window reaching past it adds some).
+    __device__ bool needs_mask(int i, int block_keys, bool one_sided) const {
+        const int k0 = first_key(i, block_keys), k_last = k0 + block_keys - 1;
+        const bool crossing = kMasked ? k_last > masked_above - window.right : k_last > first_diagonal && k0 <= last_diagonal;
+        return needs_mask(i, block_keys) || (one_sided && crossing);
     }
     // Keys outside [0, seen_end) and the shared mask rule are left to check.
     __device__ bool sees(int h, int key) const {

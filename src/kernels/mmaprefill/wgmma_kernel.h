@@ -467,10 +467,6 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
 #pragma unroll
             for (int h = 0; h < 2; ++h) position[h] = position_of(row0 + wgmma::accumulator_position(thread, 2 * h).row);
             keys = KeyTiles<kMasked, 2>::of(work, tiling, row0, wgmma::kRows, p.window, position, T::kBlockKeys);
-            // ALiBi's unmasked steps take tiles on one side of every row's diagonal: in a masked
-            // launch those past the first row's (a window's right side) take the masked step,
-            // elsewhere those crossing a diagonal (below).
-            if (kMasked && biased) keys.masked_above -= max(p.window.right, 0);
             if constexpr (kServing) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
@@ -552,8 +548,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                 };
                 for (int i = keys.begin + 1; i < keys.end; ++i) {
                     with_scoring([&](auto kCapped, auto kBiased) {
-                        if (keys.needs_mask(i, T::kBlockKeys) ||
-                            (!kMasked && decltype(kBiased)::value && keys.crosses_diagonal(i, T::kBlockKeys)))
+                        if (keys.needs_mask(i, T::kBlockKeys, /*one_sided=*/decltype(kBiased)::value))
                             overlapped_step(i, std::true_type{}, kCapped, kBiased);
                         else
                             overlapped_step(i, std::false_type{}, kCapped, kBiased);
