@@ -803,6 +803,7 @@ def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, see
     (3, 64, 64, 2, 2, 128, True),
     (2, 77, 150, 4, 2, 256, True),     # d256: the warpgroups split dK's and dV's columns
     (1, 130, 65, 2, 2, 256, False),
+    (9, 100, 300, 10, 5, 128, False),  # 45 (KV head, sequence) pairs of 3 key tiles: two block groups, the last of 2
 ])
 def test_torch_backward_kernel_matches_fp64(dtype, batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal):
     torch.manual_seed(31)

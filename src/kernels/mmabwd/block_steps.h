@@ -14,12 +14,17 @@
 namespace fmha {
 namespace mmabwd {
 
-// The block's key tile: a 1-D grid over (key tile, KV head, sequence). A padded batch's key
-// tiles go slowest, so that blocks start in the order of their key tiles: with a causal mask
-// the first tiles are seen by the most query rows, so the longest blocks start first. A packed
-// batch's sequences take virtual tiles (sequence.h: packed_tile_sequence), KV heads fastest: a
-// block per tile of its keys and at most one more, without a tile per padded position.
+// The block's key tile: a 1-D grid over (key tile, KV head, sequence). A padded batch's (KV
+// head, sequence) pairs go in groups whose tiles make about a wave of blocks (kWaveBlocks), and
+// in a group the key tiles go slowest: the blocks running at once then share their heads' Q,
+// dO and dQ rows in L2 (a pair a block, every step would read them from memory and add dQ
+// there), and they start in the order of their key tiles: with a causal mask the first tiles
+// are seen by the most query rows, so the longest blocks start first (docs/decisions.md,
+// "Backward blocks grouped by head"). A packed batch's sequences take virtual tiles
+// (sequence.h: packed_tile_sequence), KV heads fastest: a block per tile of its keys and at
+// most one more, without a tile per padded position.
 struct KeyTile {
+    static constexpr int kWaveBlocks = 128;  // about one block per multiprocessor of a Hopper or CDNA device
     int index, head_kv, batch;
     __host__ __device__ static int64_t count(const BwdParams& p, int keys) {
         return p.cu_seqlens_kv ? int64_t(p.heads_kv) * (p.batch + p.total_kv / keys)
@@ -32,8 +37,12 @@ struct KeyTile {
             const int sequence = packed_tile_sequence(p.cu_seqlens_kv, p.batch, tile, divide);
             return {tile - sequence - divide(p.cu_seqlens_kv[sequence]), block % p.heads_kv, sequence};
         }
-        const int per_tile = p.heads_kv * p.batch;
-        return {block / per_tile, block % per_tile % p.heads_kv, block % per_tile / p.heads_kv};
+        const int tiles = (p.seqlen_kv + keys - 1) / keys, pairs = p.heads_kv * p.batch;
+        const int group = min(pairs, (kWaveBlocks + tiles - 1) / tiles);   // pairs per group
+        const int first = block / (group * tiles) * group;                 // the group's first pair
+        const int size = min(group, pairs - first), in_group = block - first * tiles;
+        const int pair = first + in_group % size;
+        return {in_group / size, pair % p.heads_kv, pair / p.heads_kv};
     }
 };
 
