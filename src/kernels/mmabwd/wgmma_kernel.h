@@ -424,20 +424,35 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
             if constexpr (kDeterministic) {
                 if (threadIdx.x % wgmma::kThreads == 0) turn().wait();
                 hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
-            }
+                // The turn holds every other block's adds to these rows: four columns of one row a
+                // reduction, half the instructions of a float2 atomicAdd each (without turns, no
+                // faster: the adds' bytes are the limit there; docs/decisions.md, "d256's dQ
+                // adds"). Lanes t and t ^ 1 trade pairs, so that an even t holds columns
+                // 2t .. 2t + 3 of row g and an odd t columns 2t - 2 .. 2t + 1 of row g + 8.
+                const bool odd = t & 1;
+                const int row = st.q0 + 16 * warp + g + (odd ? 8 : 0);
+                float* const accum = ws.dq_accum + (st.rows + row) * T::kHeadDim + c0 + 2 * (t & ~1);
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int row = st.q0 + 16 * warp + g + 8 * half;
-                if (row >= len_q) continue;
-                float* const accum = ws.dq_accum + (st.rows + row) * T::kHeadDim + c0 + 2 * t;
-#pragma unroll
-                for (int n = 0; n < T::kDqColumns / 8; ++n)
-                    atomicAdd(reinterpret_cast<float2*>(accum + 8 * n), make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]));
-            }
-            if constexpr (kDeterministic) {
+                for (int n = 0; n < T::kDqColumns / 8; ++n) {  // even lanes give their row g + 8 pair, odd ones their row g pair
+                    const float give0 = odd ? dq[4 * n] : dq[4 * n + 2], give1 = odd ? dq[4 * n + 1] : dq[4 * n + 3];
+                    const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+                    if (row >= len_q) continue;
+                    if (odd) hopper::red_add_4(accum + 8 * n, got0, got1, dq[4 * n + 2], dq[4 * n + 3]);
+                    else hopper::red_add_4(accum + 8 * n, dq[4 * n], dq[4 * n + 1], got0, got1);
+                }
                 __threadfence();  // each thread's adds done before the warpgroup passes the turn
                 hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
                 if (threadIdx.x % wgmma::kThreads == 0) DqTurn::pass(turn().counter);
+            } else {
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int row = st.q0 + 16 * warp + g + 8 * half;
+                    if (row >= len_q) continue;
+                    float* const accum = ws.dq_accum + (st.rows + row) * T::kHeadDim + c0 + 2 * t;
+#pragma unroll
+                    for (int n = 0; n < T::kDqColumns / 8; ++n)
+                        atomicAdd(reinterpret_cast<float2*>(accum + 8 * n), make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]));
+                }
             }
         }
     }
