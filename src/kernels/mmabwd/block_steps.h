@@ -30,7 +30,7 @@ struct KeyTile {
         return p.cu_seqlens_kv ? int64_t(p.heads_kv) * (p.batch + p.total_kv / keys)
                                : int64_t((p.seqlen_kv + keys - 1) / keys) * p.heads_kv * p.batch;
     }
-    __device__ static KeyTile of(int block, const BwdParams& p, int keys) {
+    __host__ __device__ static KeyTile of(int block, const BwdParams& p, int keys) {
         if (p.cu_seqlens_kv) {
             const int tile = block / p.heads_kv;
             const auto divide = [keys](int rows) { return rows / keys; };
