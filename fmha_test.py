@@ -48,8 +48,24 @@ BIN = Path(os.environ.get("FMHA_BIN_DIR", REPO / "bin"))
 FMHA = BIN / "fmha.exe"
 
 
+def narrowed_selection():
+    """Whether generated/selection.json narrows the default catalogue (setup.py --only or --filter)."""
+    path = REPO / "generated" / "selection.json"
+    selection = json.loads(path.read_text()) if path.exists() else {}
+    return bool(selection.get("only")) or selection.get("filter", "*") != "*"
+
+
+NARROWED = narrowed_selection()
+
+
 def fmha(*args, timeout=600):
-    return subprocess.run([str(FMHA), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    """Runs fmha.exe. A run whose kernel a narrowed selection left out skips, saying so; in the
+    default catalogue a missing kernel stays the failure it is."""
+    result = subprocess.run([str(FMHA), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0 and NARROWED and "no kernel in this build's catalogue" in result.stderr:
+        pytest.skip("the narrowed selection (generated/selection.json) has no kernel for it: " +
+                    result.stderr.splitlines()[0])
+    return result
 
 
 def device_line():
