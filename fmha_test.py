@@ -8,7 +8,8 @@
 - the Python package (tests/python): its binding of libfmha.so, and its API with PyTorch.
 
 The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
-machine has no GPU; the Python API's, when PyTorch is missing.
+machine has no GPU; the Python API's, when PyTorch is missing; fmha.exe runs, when a narrowed
+selection (setup.py --only or --filter) left their kernel out.
 """
 import dataclasses
 import importlib.util
