@@ -13,6 +13,10 @@
 // two steps ahead, and dS^T alternates between two buffers, so that the warpgroups meet at one
 // barrier a step (dS^T written); K and V come once, by cp.async, and dK and dV leave through
 // their places in shared memory (docs/decisions.md, "Backward on wgmma").
+// Past head_dim 128 (kSplitColumns) both warpgroups take the same 64 keys: each computes S^T
+// and dP^T for half of the step's queries, writes P^T and dS^T to shared memory, and after the
+// barrier takes half of dV's, dK's and dQ's columns from there, with two stages, dQ staged in
+// the step's own stage (docs/decisions.md, "d256: queries split, dQ by TMA").
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -44,18 +48,22 @@ struct WgmmaTiles {
     static constexpr int kWarpgroups = 2;
     static constexpr int kThreads = kWarpgroups * wgmma::kThreads;
     // Past head_dim 128, dK and dV of 64 keys would take 256 registers a thread: both warpgroups
-    // then take the same 64 keys (each computing the step's S^T and dP^T) and split dK's and
-    // dV's columns, and dQ goes by atomics (its staging tile no longer fits beside the stages).
+    // then take the same 64 keys and split dK's and dV's columns; each computes S^T and dP^T for
+    // half of a step's queries, and both read P^T and dS^T from shared memory.
     static constexpr bool kSplitColumns = kHeadDim > 128;
     static constexpr int kKeys = kSplitColumns ? wgmma::kRows : kWarpgroups * wgmma::kRows;
     static constexpr int kColumns = kSplitColumns ? kHeadDim / kWarpgroups : kHeadDim;  // of dK and dV a warpgroup holds
-    static constexpr bool kDqByTma = !kSplitColumns;
-    // Query rows per step: the N of S^T = K Q^T; S^T and dP^T take kQueries / 2 registers a
-    // thread each beside dK and dV (head_dim / 2 each).
+    // Query rows per step; a warpgroup's S^T = K Q^T covers kScoreQueries of them (its N), and
+    // S^T and dP^T take kScoreQueries / 2 registers a thread each beside dK and dV.
     static constexpr int kQueries = 64;
+    static constexpr int kScoreQueries = kSplitColumns ? kQueries / kWarpgroups : kQueries;
     static constexpr int kStages = kSplitColumns ? 2 : 3;
     static constexpr int kDsBuffers = 2;
     static constexpr int kDqColumns = kHeadDim / kWarpgroups;  // a warpgroup's share of dQ
+    // ... computed in parts of at most 64 columns: with split columns, the first part's boxes
+    // are staged while the second's product runs.
+    static constexpr int kDqPartColumns = kDqColumns < 64 ? kDqColumns : 64;
+    static constexpr int kDqParts = kDqColumns / kDqPartColumns;
 
     static constexpr int kAlignment = 1024;  // of swizzle atoms
     static constexpr int kKVBytes = wgmma::tile_bytes(kKeys, kHeadDim);
@@ -66,11 +74,16 @@ struct WgmmaTiles {
     static constexpr int kDoOffset = kQOffset + kStages * kRowsBytes;   // [kStages]
     static constexpr int kDsBytes = wgmma::tile_bytes(kKeys, kQueries);
     static constexpr int kDsOffset = kDoOffset + kStages * kRowsBytes;  // dS^T [kDsBuffers][kKeys][kQueries]
-    static constexpr int kDqOffset = kDsOffset + kDsBuffers * kDsBytes;  // dQ [kQueries][kHeadDim] fp32, in boxes
-    static constexpr int kDqBoxColumns = 32;                              // of 128-byte swizzled rows
+    static constexpr int kPOffset = kDsOffset + kDsBuffers * kDsBytes;  // with split columns, P^T likewise
+    // dQ's staging for its TMA add, [kQueries][kHeadDim] fp32 in boxes of 32 columns. With split
+    // columns it does not fit beside the stages: it takes the step's own stage instead, each
+    // warpgroup the atoms of Q and dO that only its dK and dV products read, once those are done.
+    static constexpr bool kDqInStage = kSplitColumns;
+    static constexpr int kDqOffset = kPOffset + (kSplitColumns ? kDsBuffers * kDsBytes : 0);
+    static constexpr int kDqBoxColumns = 32;  // of 128-byte swizzled rows
     static constexpr int kDqBoxBytes = kQueries * kDqBoxColumns * 4;
-    static constexpr int kStatsBytes = kQueries * 4;                           // a stage's LSE or D, fp32
-    static constexpr int kLseOffset = kDqOffset + (kDqByTma ? kQueries * kHeadDim * 4 : 0);  // [kStages]
+    static constexpr int kStatsBytes = kQueries * 4;  // a stage's LSE or D, fp32
+    static constexpr int kLseOffset = kDqOffset + (kDqInStage ? 0 : kQueries * kHeadDim * 4);  // [kStages]
     static constexpr int kDOffset = kLseOffset + kStages * kStatsBytes;        // [kStages]
     static constexpr int kBarrierOffset = kDOffset + kStages * kStatsBytes;    // [kStages]: the stage landed
     static constexpr int kSharedBytes = kBarrierOffset + kStages * 8 + kAlignment;
@@ -79,6 +92,17 @@ struct WgmmaTiles {
                   "swizzled tiles start at 1024-byte boundaries (the swizzle follows address bits)");
     static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "generator/catalogue.py: mmabwd's head dims");
     static_assert(kSharedBytes <= shared_bytes(Config::arch), "the arch's shared memory per block");
+
+    // Where a warpgroup's dQ box `box` (of its kDqBoxes, kDqBoxColumns columns each) is staged
+    // for a step at `stage`.
+    static constexpr int kDqBoxes = kDqColumns / kDqBoxColumns;
+    static constexpr int kOwnAtoms = kColumns / wgmma::kAtomColumns;  // of Q's and dO's, a warpgroup's
+    static_assert(!kDqInStage || (kDqColumns == kColumns && kDqBoxBytes == kQueries * wgmma::kRowBytes && kDqBoxes == 2 * kOwnAtoms),
+                  "a warpgroup's dQ boxes fill its atoms of Q and dO");
+    __device__ static constexpr int dq_box(int stage, int warpgroup, int box) {
+        if (!kDqInStage) return kDqOffset + (warpgroup * kDqBoxes + box) * kDqBoxBytes;
+        return (box < kOwnAtoms ? kQOffset : kDoOffset) + stage * kRowsBytes + (warpgroup * kOwnAtoms + box % kOwnAtoms) * kDqBoxBytes;
+    }
 };
 
 // Q and dO as TMA maps, boxes of 64 columns of kQueries rows, and the workspace's dQ
@@ -98,8 +122,9 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     using Numeric = DTypeTraits<Config::dtype>;
     constexpr DType kDType = Config::dtype;
     constexpr bool kMasked = Config::mask == Mask::causal;
-    constexpr int kScores = T::kQueries / 2;          // a thread's elements of S^T, of dP^T
-    constexpr int kQuerySteps = T::kQueries / wgmma::kK;  // k steps of dV += P^T dO
+    constexpr int kScores = T::kScoreQueries / 2;          // a thread's elements of S^T, of dP^T
+    constexpr int kScoreSteps = T::kScoreQueries / wgmma::kK;  // their 16-column steps (A operands)
+    constexpr int kQuerySteps = T::kQueries / wgmma::kK;       // k steps of dV += P^T dO
     constexpr bool kOverlappedDropout = T::kColumns <= 64;  // see keep_bits below
 
     // Aligned by an offset from the shared array (not through an integer), so that the compiler
@@ -118,6 +143,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     const int own_keys = T::kSplitColumns ? 0 : wgmma::kRows * warpgroup;  // the warpgroup's first key of the tile
     const int warp_keys = key0 + own_keys + 16 * warp;                      // the warp's 16 accumulator rows
     const int kv0 = T::kSplitColumns ? T::kColumns * warpgroup : 0;         // its first column of dK and dV
+    const int query0 = T::kSplitColumns ? T::kScoreQueries * warpgroup : 0;  // its first query row of a step's S^T
     const BlockSequence seq = BlockSequence::of(p, batch);
     const int len_q = seq.len_q, len_kv = seq.len_kv;
     const KeyMask<kMasked> mask = KeyMask<kMasked>::of(len_q, len_kv, p.window);
@@ -206,36 +232,38 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
             kept = 0;
 #pragma unroll(kOverlappedDropout ? kScores / 4 : 1)
             for (int n = 0; n < kScores / 4; ++n)
-                kept |= transposed_keep_bits(dropout, int64_t(batch) * p.heads_q + st.head, st.q0 + 8 * n, warp_keys, lane)
+                kept |= transposed_keep_bits(dropout, int64_t(batch) * p.heads_q + st.head, st.q0 + query0 + 8 * n, warp_keys, lane)
                         << (4 * n);
         };
         if (!kOverlappedDropout && dropping) keep_bits();
 
         // S^T = K Q^T and dP^T = V dO^T: accumulator element e is key warp_keys + g + 8 (e / 2 % 2),
-        // query row 8 (e / 4) + 2t + e % 2 of the step (mma/wgmma.h).
+        // query row query0 + 8 (e / 4) + 2t + e % 2 of the step (mma/wgmma.h).
         // (Zeroed, though the first wgmma overwrites them: an undefined accumulator would be
         // live across the loop, holding its registers through the whole step.)
         float s[kScores] = {}, dp[kScores] = {};
         {
             const wgmma::Descriptor k = wgmma::k_major_operand(at(T::kKOffset + own_rows));
             const wgmma::Descriptor v = wgmma::k_major_operand(at(T::kVOffset + own_rows));
-            const wgmma::Descriptor q = wgmma::k_major_operand(at(q_tile)), d_o = wgmma::k_major_operand(at(do_tile));
+            const int own_queries = query0 * wgmma::kRowBytes;
+            const wgmma::Descriptor q = wgmma::k_major_operand(at(q_tile + own_queries));
+            const wgmma::Descriptor d_o = wgmma::k_major_operand(at(do_tile + own_queries));
             hopper::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < T::kHeadDim / wgmma::kK; ++kk)
-                wgmma_ss<T::kQueries, kDType, false>(s, k.step(wgmma::k_major_step(T::kKeys, kk)),
-                                                     q.step(wgmma::k_major_step(T::kQueries, kk)), kk > 0);
+                wgmma_ss<T::kScoreQueries, kDType, false>(s, k.step(wgmma::k_major_step(T::kKeys, kk)),
+                                                          q.step(wgmma::k_major_step(T::kQueries, kk)), kk > 0);
             hopper::wgmma_commit();
 #pragma unroll
             for (int kk = 0; kk < T::kHeadDim / wgmma::kK; ++kk)
-                wgmma_ss<T::kQueries, kDType, false>(dp, v.step(wgmma::k_major_step(T::kKeys, kk)),
-                                                     d_o.step(wgmma::k_major_step(T::kQueries, kk)), kk > 0);
+                wgmma_ss<T::kScoreQueries, kDType, false>(dp, v.step(wgmma::k_major_step(T::kKeys, kk)),
+                                                          d_o.step(wgmma::k_major_step(T::kQueries, kk)), kk > 0);
             hopper::wgmma_commit();
         }
         if (kOverlappedDropout && dropping) keep_bits();
-        // Element e is key warp_keys + g + 8 (e / 2 % 2), row 8 (e / 4) + 2t + e % 2 of the step.
+        // Element e is key warp_keys + g + 8 (e / 2 % 2), row query0 + 8 (e / 4) + 2t + e % 2 of the step.
         const auto key_of = [&](int e) { return warp_keys + g + 8 * wgmma::row_half(e); };
-        const auto row_of = [&](int e) { return 8 * (e / 4) + 2 * t + e % 2; };
+        const auto row_of = [&](int e) { return query0 + 8 * (e / 4) + 2 * t + e % 2; };
         const auto offset_of = [&](int e) { return 8 * (e / 4) + e % 2 - 8 * wgmma::row_half(e); };  // (StepScoring)
         // The mask is tested only where the step's rows and the block's keys are not all seen (the
         // diagonal's steps, a sequence's last keys).
@@ -247,7 +275,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         StepScoring scoring{};
         if constexpr (kOptions)
             scoring = StepScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch), st.head,
-                                      mask.diagonal(st.q0 + 2 * t) - (warp_keys + g));
+                                      mask.diagonal(st.q0 + query0 + 2 * t) - (warp_keys + g));
         // P^T in place of S^T while dP^T runs; with softcapping (`capped`), S^T's tanh instead, and
         // P^T with dS^T's factor 1 - tanh^2 once dP^T is done (StepScoring: recovering tanh from P
         // would take a log, and holding both took registers that the d256 loop does not have).
@@ -274,7 +302,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         hopper::wgmma_wait<0>();
         hopper::pin_registers(dp);
         // P_d^T and dS^T as the A operands of dV and dK: columns 16k .. 16k + 15 are step k.
-        uint32_t a_p[kQuerySteps][4], a_ds[kQuerySteps][4];
+        uint32_t a_p[kScoreSteps][4], a_ds[kScoreSteps][4];
         const auto operands = [&](auto dropped, auto capping) {  // (without dropout: no multiplies by 1)
 #pragma unroll
             for (int e = 0; e < kScores; e += 2) {
@@ -306,157 +334,144 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
         if (capped) with_dropout(std::true_type{});
         else with_dropout(std::false_type{});
         const int kv_columns = wgmma::swizzled_offset(T::kQueries, 0, kv0);
-        // dK += dS^T Q: issued after dQ's product where dQ is staged while it runs (see below).
-        const auto issue_dk = [&] {
-            const wgmma::Descriptor q = wgmma::n_major_operand(at(q_tile + kv_columns), T::kQueries);
-            hopper::pin_registers(dk);
-            hopper::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kQuerySteps; ++kk)
-                wgmma_rs<T::kColumns, kDType, true>(dk, a_ds[kk], q.step(wgmma::n_major_step(kk)), 1);
-            hopper::wgmma_commit();
-        };
-        {  // dV += P^T dO
+        const int ds_buffer = T::kDsOffset + step % T::kDsBuffers * T::kDsBytes;
+        const int p_buffer = T::kPOffset + step % T::kDsBuffers * T::kDsBytes;  // (split columns)
+        // dV += P^T dO and dK += dS^T Q for the warpgroup's columns: A from the registers, or
+        // with split columns from shared memory (both warpgroups' queries), once both are there.
+        const auto issue_dv = [&] {
             const wgmma::Descriptor d_o = wgmma::n_major_operand(at(do_tile + kv_columns), T::kQueries);
+            const wgmma::Descriptor pt = wgmma::k_major_operand(at(p_buffer));
             hopper::pin_registers(dv);
             hopper::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < kQuerySteps; ++kk)
-                wgmma_rs<T::kColumns, kDType, true>(dv, a_p[kk], d_o.step(wgmma::n_major_step(kk)), 1);
+                if constexpr (T::kSplitColumns)
+                    wgmma_ss<T::kColumns, kDType, true>(dv, pt.step(wgmma::k_major_step(T::kKeys, kk)),
+                                                        d_o.step(wgmma::n_major_step(kk)), 1);
+                else
+                    wgmma_rs<T::kColumns, kDType, true>(dv, a_p[kk], d_o.step(wgmma::n_major_step(kk)), 1);
             hopper::wgmma_commit();
-        }
-        if constexpr (T::kSplitColumns) issue_dk();
-        // dS^T to shared memory, [key][query]: step k's registers are four 8x8 matrices, keys
-        // g and g + 8 by queries 16k .. 16k + 7 and 16k + 8 .. 16k + 15; lane l gives row l % 8
-        // of matrix l / 8. (The row from a value the compiler cannot see through: else it keeps
-        // every address in registers across the loop.)
-        const int ds_buffer = T::kDsOffset + step % T::kDsBuffers * T::kDsBytes;
-        const int ds_row = hopper::opaque(warp_keys - key0 + lane % 8 + 8 * (lane / 8 % 2));
-        if (!T::kSplitColumns || warp / 2 == warpgroup)  // split columns: both hold every key's row; each stores half
+        };
+        const auto issue_dk = [&] {
+            const wgmma::Descriptor q = wgmma::n_major_operand(at(q_tile + kv_columns), T::kQueries);
+            const wgmma::Descriptor dst = wgmma::k_major_operand(at(ds_buffer));
+            hopper::pin_registers(dk);
+            hopper::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < kQuerySteps; ++kk)
-                hopper::store_matrix_x4(base + ds_buffer + wgmma::swizzled_offset(T::kKeys, ds_row, 16 * kk + 8 * (lane / 16)),
-                                        a_ds[kk]);
-        if constexpr (T::kSplitColumns) {  // dQ's 64 accumulators a thread take the registers of dV's and dK's operands
-            hopper::wgmma_wait<0>();
+                if constexpr (T::kSplitColumns)
+                    wgmma_ss<T::kColumns, kDType, true>(dk, dst.step(wgmma::k_major_step(T::kKeys, kk)),
+                                                        q.step(wgmma::n_major_step(kk)), 1);
+                else
+                    wgmma_rs<T::kColumns, kDType, true>(dk, a_ds[kk], q.step(wgmma::n_major_step(kk)), 1);
+            hopper::wgmma_commit();
+        };
+        if constexpr (!T::kSplitColumns) issue_dv();  // (dK's product after dQ's: see below)
+        // dS^T (and with split columns P^T) to shared memory, [key][query]: step k's registers are
+        // four 8x8 matrices, keys g and g + 8 by queries 16k .. 16k + 7 and 16k + 8 .. 16k + 15
+        // (plus query0); lane l gives row l % 8 of matrix l / 8. (The row from a value the
+        // compiler cannot see through: else it keeps every address in registers across the loop.)
+        const int ds_row = hopper::opaque(warp_keys - key0 + lane % 8 + 8 * (lane / 8 % 2));
 #pragma unroll
-            for (int kk = 0; kk < kQuerySteps; ++kk) {
-                hopper::pin_registers(a_p[kk]);
-                hopper::pin_registers(a_ds[kk]);
-            }
+        for (int kk = 0; kk < kScoreSteps; ++kk) {
+            const int at_row = wgmma::swizzled_offset(T::kKeys, ds_row, query0 + 16 * kk + 8 * (lane / 16));
+            hopper::store_matrix_x4(base + ds_buffer + at_row, a_ds[kk]);
+            if constexpr (T::kSplitColumns) hopper::store_matrix_x4(base + p_buffer + at_row, a_p[kk]);
         }
         hopper::fence_async_shared();
-        if (T::kDqByTma && threadIdx.x % wgmma::kThreads == 0) {  // step - 1's dQ add read its rows
+        if (threadIdx.x % wgmma::kThreads == 0) {  // step - 1's dQ add read its rows (with kDqInStage, the
+                                                   // stage that the load below fills)
             if (kDeterministic && passing) pass_last();
             else hopper::bulk_wait_read();
         }
         __syncthreads();  // both warpgroups' dS^T are in place, and step - 1 is done everywhere:
         if (threadIdx.x == 0 && step + T::kStages - 1 < walk.steps) load_stage(step + T::kStages - 1);  // its stage is free
+        if constexpr (T::kSplitColumns) {
+            issue_dv();
+            issue_dk();
+        }
 
         // dQ += dS K for columns [c0, c0 + kDqColumns): A = dS^T read M-major, B = K N-major,
         // both along the block's keys.
         const int c0 = warpgroup * T::kDqColumns;
-        float dq[T::kDqColumns / 2] = {};
-        {
-            const wgmma::Descriptor ds = wgmma::n_major_operand(at(ds_buffer), T::kKeys);
-            const wgmma::Descriptor k = wgmma::n_major_operand(at(T::kKOffset + wgmma::swizzled_offset(T::kKeys, 0, c0)), T::kKeys);
+        float dq[T::kDqParts][T::kDqPartColumns / 2] = {};
+        const wgmma::Descriptor ds = wgmma::n_major_operand(at(ds_buffer), T::kKeys);
+#pragma unroll
+        for (int part = 0; part < T::kDqParts; ++part) {
+            const int part0 = c0 + part * T::kDqPartColumns;
+            const wgmma::Descriptor k = wgmma::n_major_operand(at(T::kKOffset + wgmma::swizzled_offset(T::kKeys, 0, part0)), T::kKeys);
             hopper::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < T::kKeys / wgmma::kK; ++kk)
-                wgmma_ss<T::kDqColumns, kDType, true, true>(dq, ds.step(wgmma::n_major_step(kk)),
-                                                            k.step(wgmma::n_major_step(kk)), kk > 0);
+                wgmma_ss<T::kDqPartColumns, kDType, true, true>(dq[part], ds.step(wgmma::n_major_step(kk)),
+                                                                k.step(wgmma::n_major_step(kk)), kk > 0);
             hopper::wgmma_commit();
-            if constexpr (T::kSplitColumns) {
-                hopper::wgmma_wait<0>();
-            } else {
-                // dK's product after dQ's, so that dQ's staging below runs beside it (the
-                // tensor cores otherwise idle there); dV's and dQ's are done at wait<1>.
-                issue_dk();
-                hopper::wgmma_wait<1>();
-                hopper::pin_registers(dv);
-#pragma unroll
-                for (int kk = 0; kk < kQuerySteps; ++kk) hopper::pin_registers(a_p[kk]);
-            }
-            hopper::pin_registers(dq);
         }
-        if constexpr (T::kDqByTma) {
-            // The warpgroup's columns of dQ into shared memory (its boxes: row r's 16-byte chunk c
-            // at chunk c ^ (r % 8), as TMA reads them), then one thread adds them into the
-            // workspace. Rows past the sequence add zeros: their dS rows are zero. Lanes with
-            // t >= 2 store their columns in the order n ^ 2, so that a half-warp's 16 stores fill
-            // 8 distinct chunks (in order, rows g and g ^ 1 share one: a 2-way conflict). Both
-            // values' indices are constants, so the lanes select registers, not index an array.
+        if constexpr (!T::kSplitColumns) {
+            // dK's product after dQ's, so that dQ's staging below runs beside it (the tensor
+            // cores otherwise idle there); dV's and dQ's are done at wait<1>.
+            issue_dk();
+            hopper::wgmma_wait<1>();
+            hopper::pin_registers(dv);
+#pragma unroll
+            for (int kk = 0; kk < kQuerySteps; ++kk) hopper::pin_registers(a_p[kk]);
+        }
+        static_assert(T::kDqParts <= 2, "the waits below");
+#pragma unroll
+        for (int part = 0; part < T::kDqParts; ++part) {
+            // With split columns, a part's boxes take its operands' places (dK's Q, then dV's dO):
+            // the first part is staged once those and its own product are done, while the second runs.
+            if constexpr (T::kSplitColumns) {
+                if (part + 1 < T::kDqParts) hopper::wgmma_wait<1>();
+                else hopper::wgmma_wait<0>();
+            }
+            hopper::pin_registers(dq[part]);
+            // The part's columns into shared memory (the warpgroup's boxes: row r's 16-byte chunk
+            // c at chunk c ^ (r % 8), as TMA reads them); one thread adds them below. Rows past
+            // the sequence add zeros: their dS rows are zero. Lanes with t >= 2 store their
+            // columns in the order n ^ 2, so that a half-warp's 16 stores fill 8 distinct chunks
+            // (in order, rows g and g ^ 1 share one: a 2-way conflict). Both values' indices are
+            // constants, so the lanes select registers, not index an array.
             const bool swapped = t & 2;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {  // the thread's rows 16w + g and 16w + g + 8
                 const int row = 16 * warp + g + 8 * half;
 #pragma unroll
-                for (int i = 0; i < T::kDqColumns / 8; ++i) {
+                for (int i = 0; i < T::kDqPartColumns / 8; ++i) {
                     const int n = swapped ? i ^ 2 : i;
-                    const int column = c0 + 8 * n + 2 * t, box = column / T::kDqBoxColumns, chunk = column % T::kDqBoxColumns / 4;
-                    const float2 value = swapped ? make_float2(dq[4 * (i ^ 2) + 2 * half], dq[4 * (i ^ 2) + 2 * half + 1])
-                                                 : make_float2(dq[4 * i + 2 * half], dq[4 * i + 2 * half + 1]);
-                    *reinterpret_cast<float2*>(shared + T::kDqOffset + box * T::kDqBoxBytes + row * wgmma::kRowBytes +
+                    const int column = part * T::kDqPartColumns + 8 * n + 2 * t;  // of the warpgroup's
+                    const int box = column / T::kDqBoxColumns, chunk = column % T::kDqBoxColumns / 4;
+                    const float* const d = dq[part];
+                    const float2 value = swapped ? make_float2(d[4 * (i ^ 2) + 2 * half], d[4 * (i ^ 2) + 2 * half + 1])
+                                                 : make_float2(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]);
+                    *reinterpret_cast<float2*>(shared + T::dq_box(stage, warpgroup, box) + row * wgmma::kRowBytes +
                                                (chunk ^ (row % 8)) * 16 + column % 4 * 4) = value;
                 }
             }
-            hopper::fence_async_shared();
-            hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
-            if (threadIdx.x % wgmma::kThreads == 0) {
-                if constexpr (kDeterministic) {
-                    const DqTurn turn = DqTurn::of(p, mask, tile.index, T::kKeys, st.rows, st.q0, warpgroup);
-                    turn.wait();
-                    hopper::fence_async_global();  // the counter seen before the add
-                    passing = turn.counter;
-                }
-#pragma unroll
-                for (int box = c0 / T::kDqBoxColumns; box < (c0 + T::kDqColumns) / T::kDqBoxColumns; ++box)
-                    hopper::tma_reduce_add_2d(&maps.dq_accum, base + T::kDqOffset + box * T::kDqBoxBytes,
-                                              box * T::kDqBoxColumns, int(st.rows + st.q0));
-                hopper::bulk_commit();
+        }
+        hopper::fence_async_shared();
+        hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
+        if (threadIdx.x % wgmma::kThreads == 0) {
+            if constexpr (kDeterministic) {
+                const DqTurn turn = DqTurn::of(p, mask, tile.index, T::kKeys, st.rows, st.q0, warpgroup);
+                turn.wait();
+                hopper::fence_async_global();  // the counter seen before the add
+                passing = turn.counter;
             }
+#pragma unroll
+            for (int box = 0; box < T::kDqBoxes; ++box)
+                hopper::tma_reduce_add_2d(&maps.dq_accum, base + T::dq_box(stage, warpgroup, box),
+                                          c0 + box * T::kDqBoxColumns, int(st.rows + st.q0));
+            hopper::bulk_commit();
+        }
+        if constexpr (!T::kSplitColumns) {
             hopper::wgmma_wait<0>();  // dK's product is done with its register operand before it is rebuilt
             hopper::pin_registers(dk);
 #pragma unroll
             for (int kk = 0; kk < kQuerySteps; ++kk) hopper::pin_registers(a_ds[kk]);
-        } else {
-            const auto turn = [&] { return DqTurn::of(p, mask, tile.index, T::kKeys, st.rows, st.q0, warpgroup); };
-            if constexpr (kDeterministic) {
-                if (threadIdx.x % wgmma::kThreads == 0) turn().wait();
-                hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
-                // The turn holds every other block's adds to these rows: four columns of one row a
-                // reduction, half the instructions of a float2 atomicAdd each (without turns, no
-                // faster: the adds' bytes are the limit there; docs/decisions.md, "d256's dQ
-                // adds"). Lanes t and t ^ 1 trade pairs, so that an even t holds columns
-                // 2t .. 2t + 3 of row g and an odd t columns 2t - 2 .. 2t + 1 of row g + 8.
-                const bool odd = t & 1;
-                const int row = st.q0 + 16 * warp + g + (odd ? 8 : 0);
-                float* const accum = ws.dq_accum + (st.rows + row) * T::kHeadDim + c0 + 2 * (t & ~1);
-#pragma unroll
-                for (int n = 0; n < T::kDqColumns / 8; ++n) {  // even lanes give their row g + 8 pair, odd ones their row g pair
-                    const float give0 = odd ? dq[4 * n] : dq[4 * n + 2], give1 = odd ? dq[4 * n + 1] : dq[4 * n + 3];
-                    const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-                    if (row >= len_q) continue;
-                    if (odd) hopper::red_add_4(accum + 8 * n, got0, got1, dq[4 * n + 2], dq[4 * n + 3]);
-                    else hopper::red_add_4(accum + 8 * n, dq[4 * n], dq[4 * n + 1], got0, got1);
-                }
-                __threadfence();  // each thread's adds done before the warpgroup passes the turn
-                hopper::named_barrier_sync(1 + warpgroup, wgmma::kThreads);
-                if (threadIdx.x % wgmma::kThreads == 0) DqTurn::pass(turn().counter);
-            } else {
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int row = st.q0 + 16 * warp + g + 8 * half;
-                    if (row >= len_q) continue;
-                    float* const accum = ws.dq_accum + (st.rows + row) * T::kHeadDim + c0 + 2 * t;
-#pragma unroll
-                    for (int n = 0; n < T::kDqColumns / 8; ++n)
-                        atomicAdd(reinterpret_cast<float2*>(accum + 8 * n), make_float2(dq[4 * n + 2 * half], dq[4 * n + 2 * half + 1]));
-                }
-            }
         }
     }
-    if (T::kDqByTma && threadIdx.x % wgmma::kThreads == 0) {  // (the adds read shared memory)
+    if (threadIdx.x % wgmma::kThreads == 0) {  // (the adds read shared memory)
         if (kDeterministic && passing) pass_last();
         else hopper::bulk_wait();
     }

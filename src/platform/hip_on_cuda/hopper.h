@@ -119,11 +119,6 @@ __device__ inline void tma_reduce_add_2d(const CUtensorMap* map, uint32_t source
                  "r"(source), "r"(c0), "r"(c1)
                  : "memory");
 }
-// Adds four consecutive floats into global memory (16-byte aligned), each atomically: one
-// reduction instruction where atomicAdd on a float2 takes two.
-__device__ inline void red_add_4(float* global, float a, float b, float c, float d) {
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(global), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
 // 16 bytes to the shared-memory address `shared` (a thread's copy into a tile TMA would fill).
 __device__ inline void store_shared_16(uint32_t shared, const uint4& value) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(shared), "r"(value.x), "r"(value.y), "r"(value.z),
