@@ -153,7 +153,8 @@ TEST(TileSchedule, PackedGqaTilesCoverEveryHead) {
 TEST(TileSchedule, PackedBatchesCoverEveryRowOnce) {
     for (const bool causal : {false, true}) {
         for (const std::vector<int>& lengths : {std::vector<int>{1000, 0, 1, 129, 128, 7},
-                                                std::vector<int>{5, 3, 40, 2}, std::vector<int>{4096}}) {
+                                                std::vector<int>{5, 3, 40, 2}, std::vector<int>{4096},
+                                                std::vector<int>{300, 20000, 1, 5000}}) {
             std::vector<int> cu = {0};
             for (int n : lengths) cu.push_back(cu.back() + n);
             FwdParams p = shape(int(lengths.size()), 8, 2, *std::max_element(lengths.begin(), lengths.end()), 1);
