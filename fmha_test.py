@@ -195,10 +195,11 @@ def test_the_mfma_prefill_loop_matches_the_reference_in_host_emulation(tmp_path)
     _run_emulation(tmp_path, "mfma_prefill")
 
 
-def test_the_mma_sync_backward_matches_the_reference_in_host_emulation(tmp_path):
-    """The backward family's kernels (preprocess, the mma.sync main loop, convert) run on the host:
-    each lane a thread, mma.sync and ldmatrix from the documented layouts; dq, dk, dv against fp64."""
-    _run_emulation(tmp_path, "mma_sync_backward")
+def test_the_backward_loops_match_the_reference_in_host_emulation(tmp_path):
+    """The backward's kernels (preprocess, the mma.sync and SIMT main loops, convert) run on the
+    host: each lane a thread, mma.sync and ldmatrix from the documented layouts; dq, dk, dv
+    against fp64. The SIMT loop is the AMD build's backward."""
+    _run_emulation(tmp_path, "backward")
 
 
 def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):

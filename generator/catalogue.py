@@ -39,6 +39,10 @@ class Family:
     serves_element_rows: bool = False
     direction: str = "fwd"    # DIRECTIONS: the name's prefix, the params struct and the table it goes in
     heads_kinds: tuple = HEADS_KINDS  # a gqa kernel runs every group size: a family may build only it
+    deterministic_loop: bool = False  # backward: it has a deterministic main loop (setup.py --deterministic-backward)
+    # The family whose calls it serves where that one has no main loop: built for an arch where
+    # that one runs only when a selection names it (setup.py --only --families ...).
+    fallback_for: str = ""
 
     def takes_head_dim(self, head_dim):
         return 0 < head_dim <= self.max_head_dim and head_dim % self.head_dim_multiple == 0
@@ -81,11 +85,15 @@ FAMILIES = {
                # instances would be the same machine code, compiled twice more
                heads_kinds=("gqa",)),
         # The backward: FlashAttention-2's order on wgmma (Hopper; mma.sync elsewhere). Its place
-        # for CDNA is the same loop on MFMA (docs/design.md); until then AMD has none.
+        # for CDNA is the same loop on MFMA (docs/design.md); until then AMD runs simtbwd.
         Family("mmabwd", 64, 256,
                "backward on the matrix cores (Hopper: wgmma fed by TMA): a block owns a key tile, walks "
                "the query tiles that see it, keeps dK and dV in registers and adds dQ into an fp32 workspace",
-               matrix_cores=("wgmma", "mma_sync"), direction="bwd", heads_kinds=("gqa",)),
+               matrix_cores=("wgmma", "mma_sync"), direction="bwd", heads_kinds=("gqa",), deterministic_loop=True),
+        Family("simtbwd", 64, 256,
+               "backward on the CUDA cores, any arch: mmabwd's order and workspace with plain arithmetic; "
+               "the fallback where no matrix-core loop serves",
+               direction="bwd", heads_kinds=("gqa",), fallback_for="mmabwd"),
     )
 }
 
@@ -196,13 +204,23 @@ class Selection:
         return notes
 
 
-def select(axes, name_glob="*"):
+def fallback_skip(config, named_families):
+    """Why a fallback family's tuple is left out of a selection that does not name the family
+    (the family it backs runs on the arch), or None."""
+    backed = FAMILIES[config.family].fallback_for
+    if backed and config.family not in named_families and FAMILIES[backed].runs_on(config.arch):
+        return ("arch", config.arch, f"{backed} serves it; a selection naming {config.family} builds it")
+    return None
+
+
+def select(axes, name_glob="*", named_families=()):
     """The catalogue of the cartesian product of axes, names matching name_glob.
 
     A tuple that its family declines (an arch without the family's matrix core, a head_dim it
     does not build) is skipped and noted; an unknown value, or a value of an axis that no family
     offers in any tuple (e.g. --head-dims 100), raises ValueError: nothing asked for is dropped
-    silently.
+    silently. A fallback family's tuple on an arch where the family it backs runs is skipped
+    and noted unless named_families names it.
     """
     order = [f.name for f in fields(KernelConfig)]
     configs, unknown, offered = [], set(), collections.defaultdict(set)
@@ -217,6 +235,11 @@ def select(axes, name_glob="*"):
         declined = FAMILIES[config.family].declines(config)
         for field, value, why in declined:
             why_not[(field, value)][config.family] = why
+        fallback = None if declined else fallback_skip(config, named_families)
+        if fallback:  # (offered by the family all the same: not an unbuildable value)
+            for field in order:
+                offered[field].add(getattr(config, field))
+            declined = [fallback]
         if not declined:
             for field in order:
                 offered[field].add(getattr(config, field))

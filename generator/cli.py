@@ -91,7 +91,8 @@ def main(argv=None):
         return 2
     try:
         selection = selection_from_args(args)
-        catalogue = select(axes_of(selection), selection["filter"])
+        named = selection["add"].get("family", []) if selection["only"] else []
+        catalogue = select(axes_of(selection), selection["filter"], named)
     except ValueError as error:
         print(f"setup.py: {error}", file=sys.stderr)
         return 2

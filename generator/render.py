@@ -51,16 +51,18 @@ def render_all(configs, selection):
     files = {}
     deterministic = deterministic_backward(selection)
     kernel_template = {"fwd": "kernel.hip.j2", "bwd": "kernel_bwd.hip.j2"}
+    # A backward kernel has the deterministic loop where the selection asks and its family has one.
+    with_deterministic = {c.name: deterministic and FAMILIES[c.family].deterministic_loop for c in configs}
     for config in configs:
         files[f"kernels/{config.name}.hip"] = env.get_template(kernel_template[config.direction]).render(
             config=config, arch=ARCHS[config.arch], family=FAMILIES[config.family],
-            deterministic=deterministic)
+            deterministic=with_deterministic[config.name])
     for platform in PLATFORMS:
         files[f"kernel_table_{platform}.cpp"] = env.get_template("kernel_table.cpp.j2").render(
             platform=platform, selection=selection_json(selection),
             configs=[c for c in configs if c.platform == platform and c.direction == "fwd"],
-            bwd_configs=[c for c in configs if c.platform == platform and c.direction == "bwd"],
-            deterministic=deterministic)
+            bwd_configs=[(c, with_deterministic[c.name]) for c in configs
+                         if c.platform == platform and c.direction == "bwd"])
     files["fmha_catalogue.h"] = env.get_template("fmha_catalogue.h.j2").render(
         dtypes=DTYPES, heads_kinds=HEADS_KINDS, masks=MASKS, families=list(FAMILIES.values()),
         archs=list(ARCHS.values()), platforms=PLATFORMS, matrix_cores=MATRIX_CORES)

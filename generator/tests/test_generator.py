@@ -33,14 +33,16 @@ def forward_kernels(head_dims=3, archs=tuple(ARCHS)):
 
 
 def default_backward_kernels():
-    """mmabwd: fp16/bf16 x d64/d128/d256 x gqa (every group size) x both masks, on archs with wgmma."""
-    return 2 * 3 * 1 * 2 * sum(offered("mmabwd", arch) for arch in ARCHS)
+    """fp16/bf16 x d64/d128/d256 x gqa (every group size) x both masks on every arch: mmabwd's
+    where it has a main loop, simtbwd's (its fallback) elsewhere."""
+    return 2 * 3 * 1 * 2 * len(ARCHS)
 
 
 def test_default_catalogue_is_the_product_of_what_each_family_runs_on():
     configs = default_configs()
     assert len(configs) == forward_kernels() + default_backward_kernels()
-    assert default_backward_kernels() == 12  # sm90 only: no MFMA backward yet
+    assert {c.arch for c in configs if c.family == "mmabwd"} == {"sm90"}  # no MFMA backward yet: simtbwd elsewhere
+    assert {c.arch for c in configs if c.family == "simtbwd"} == {"gfx908", "gfx90a", "gfx942", "gfx1100"}
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "gfx1100", "sm90"}
 
@@ -151,11 +153,11 @@ def test_cdna_builds_the_mfma_prefill_family_beside_its_fallback():
 
 
 def test_rdna3_builds_the_cuda_core_families_at_wave32():
-    """gfx1100: wave32, no MFMA (WMMA), so decode and prefill only, compiled as gfx1100 itself."""
+    """gfx1100: wave32, no MFMA (WMMA), so decode, prefill and simtbwd only, compiled as gfx1100 itself."""
     rdna3 = ARCHS["gfx1100"]
     assert (rdna3.platform, rdna3.wave_size, rdna3.matrix_core, rdna3.compile_target) == ("amd", 32, "wmma", "gfx1100")
     families = {c.family for c in select(DEFAULT_AXES).configs if c.arch == "gfx1100"}
-    assert families == {"decode", "prefill"}
+    assert families == {"decode", "prefill", "simtbwd"}
     # No stand-in targets: each arch compiles for itself.
     assert all(a.compile_target == a.name for a in ARCHS.values() if a.platform == "amd")
 
@@ -174,7 +176,19 @@ def test_a_head_dim_some_family_builds_is_skipped_by_the_others():
     assert selection.skip_notes() == ["mmabwd skips head_dim 72 (needs a multiple of 64 up to 256)",
                                       "mmabwd skips heads mha, mqa (builds gqa only, which runs every group size)",
                                       "mmaprefill skips head_dim 72 (needs a multiple of 16 up to 256)",
-                                      "mmaprefill skips heads mha, mqa (builds gqa only, which runs every group size)"]
+                                      "mmaprefill skips heads mha, mqa (builds gqa only, which runs every group size)",
+                                      "simtbwd skips arch sm90 (mmabwd serves it; a selection naming simtbwd builds it)",
+                                      "simtbwd skips head_dim 72 (needs a multiple of 64 up to 256)",
+                                      "simtbwd skips heads mha, mqa (builds gqa only, which runs every group size)"]
+
+
+def test_a_fallback_family_is_built_where_the_family_it_backs_runs_only_when_named():
+    """simtbwd serves the backward on archs without mmabwd's loop; on sm90 only a selection that
+    names it builds it (setup.py --only --families simtbwd ...)."""
+    axes = dict(DEFAULT_AXES, family=("simtbwd",), heads=("gqa",), arch=("sm90", "gfx942"))
+    assert {c.arch for c in select(axes).configs} == {"gfx942"}
+    assert {c.arch for c in select(axes, named_families=("simtbwd",)).configs} == {"sm90", "gfx942"}
+    assert not any(c.family == "simtbwd" and c.arch == "sm90" for c in select(DEFAULT_AXES).configs)
 
 
 @pytest.mark.parametrize("axes, message", [

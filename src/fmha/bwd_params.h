@@ -68,11 +68,11 @@ struct BwdParams {
 // loop compiled without them (src/kernels/mmabwd.h).
 inline bool has_scoring_options(const BwdParams& p) { return p.softcap != 0.f || p.alibi_slopes; }
 
-// The backward kernels' grid: one dimension, a block per tile of at least 64 keys of each KV
-// head of each sequence, and one more for a packed one (src/kernels/mmabwd/block_steps.h). The
-// launcher and the heuristic ask.
+// The backward kernels' grid: one dimension, a block per tile of at least 16 keys (simtbwd's;
+// mmabwd's are 64 or 128) of each KV head of each sequence, and one more for a packed one
+// (src/kernels/mmabwd/block_steps.h). The launcher and the heuristic ask.
 inline bool bwd_grid_fits(int64_t batch, int64_t heads_kv, int64_t seqlen_kv) {
-    constexpr int64_t kSmallestKeyTile = 64, kMostBlocks = 2147483647;
+    constexpr int64_t kSmallestKeyTile = 16, kMostBlocks = 2147483647;
     return (seqlen_kv / kSmallestKeyTile + 1) * heads_kv * batch <= kMostBlocks;
 }
 

@@ -116,14 +116,21 @@ Selection select_kernel(const Problem& p, Arch arch) {
 BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
     if (p.paged()) return {nullptr, "the backward kernels take no paged KV cache (a cache is not trained)"};
     if (!bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv))
-        return {nullptr, "the backward kernels take at most 2^31 - 1 tiles of 64 keys (key tiles x KV heads x batch)"};
-    const KernelKey key{p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), Family::mmabwd, arch};
-    if (const BwdKernelEntry* entry = find_bwd_kernel(key)) {
-        if (p.deterministic && !entry->deterministic)
-            return {nullptr, "this build's backward kernels have no deterministic mode: `python3 setup.py --refresh "
-                             "--deterministic-backward && make` adds it"};
-        return {entry, std::string(entry->name) + ": " + kFamilyDescriptions[static_cast<int>(Family::mmabwd)]};
+        return {nullptr, "the backward kernels take at most 2^31 - 1 tiles of 16 keys (key tiles x KV heads x batch)"};
+    // The matrix cores' loop where the build has it, else the CUDA cores' (no deterministic loop).
+    bool without_deterministic = false;
+    for (const Family family : {Family::mmabwd, Family::simtbwd}) {
+        const BwdKernelEntry* entry = find_bwd_kernel({p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), family, arch});
+        if (!entry) continue;
+        if (p.deterministic && !entry->deterministic) {
+            without_deterministic = true;
+            continue;
+        }
+        return {entry, std::string(entry->name) + ": " + kFamilyDescriptions[static_cast<int>(family)]};
     }
+    if (without_deterministic)
+        return {nullptr, "this build's backward kernels have no deterministic mode: `python3 setup.py --refresh "
+                         "--deterministic-backward && make` adds it (mmabwd's loop; simtbwd has none)"};
     return {nullptr, std::string("no backward kernel in this build for ") + p.describe() + " on " + token(arch) +
                          " (python3 setup.py --list shows the fmha_bwd_ kernels a selection holds)"};
 }

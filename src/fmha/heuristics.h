@@ -27,8 +27,9 @@ struct BwdSelection {
     std::string reason;
 };
 
-// The backward kernel of this build's table for the problem on `arch` (the mmabwd family's gqa
-// kernel of its dtype, head_dim and mask: it runs every group size), or why there is none.
+// The backward kernel of this build's table for the problem on `arch` (the gqa kernel of its
+// dtype, head_dim and mask, which runs every group size: mmabwd's, else simtbwd's), or why there
+// is none.
 BwdSelection select_bwd_kernel(const Problem& problem, Arch arch);
 
 // Whether any arch of this build has a kernel for the problem (checked before any GPU is touched).

@@ -23,23 +23,6 @@ namespace fmha {
 namespace mmabwd {
 
 template <class Config>
-bool supports(const BwdParams& p) {
-    const auto aligned = [](const void* ptr, const TensorStrides& s) {
-        return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
-    };
-    const bool heads_ok = p.heads_kv > 0 && p.heads_q % p.heads_kv == 0;
-    // Packed: Q's and K's sides both, with their token counts (BwdParams).
-    const bool packed_ok = !p.cu_seqlens_q == !p.cu_seqlens_kv && !p.cu_seqlens_q == (p.total_q <= 0) &&
-                           (!p.cu_seqlens_q || p.total_kv > 0);
-    return heads_ok && packed_ok && p.head_dim == Config::head_dim && p.batch > 0 && bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv) &&
-           p.seqlen_q > 0 && p.seqlen_kv > 0 && p.window.left >= 0 && p.window.right >= 0 && p.lse && p.workspace &&
-           (p.dropout.p == 0.f || (p.dropout.p > 0.f && p.dropout.p < 1.f && p.dropout.seed_offset)) &&
-           p.workspace_bytes >= Workspace::bytes(p) && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
-           aligned(p.v, p.v_strides) && aligned(p.o, p.o_strides) && aligned(p.d_o, p.d_o_strides) &&
-           aligned(p.dq, p.dq_strides) && aligned(p.dk, p.dk_strides) && aligned(p.dv, p.dv_strides);
-}
-
-template <class Config>
 size_t workspace_size(const BwdParams& p) {
     return Workspace::bytes(p);
 }

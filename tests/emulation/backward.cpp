@@ -1,12 +1,13 @@
-// The backward family's three kernels (kernels/mmabwd/: preprocess, the mma.sync main loop,
-// convert) run on the host through tests/emulation/hip, with mma.sync and ldmatrix computed from
-// the PTX ISA's documented layouts (kernels/mma/mma_sync.h states them) by the 32 lanes of a warp,
-// each a thread. Checked against dq, dk, dv in double precision from the same 16-bit inputs and
-// the forward's LSE: odd lengths, GQA and MQA, causal with more or fewer queries than keys, a
-// window, per-sequence lengths, rows that see no key, and an LSE gradient.
+// The backward's kernels (kernels/mmabwd/: preprocess, convert, and two main loops: mmabwd's on
+// mma.sync, simtbwd's on the CUDA cores) run on the host through tests/emulation/hip, with
+// mma.sync and ldmatrix computed from the PTX ISA's documented layouts (kernels/mma/mma_sync.h
+// states them) by the 32 lanes of a warp, each a thread. Checked against dq, dk, dv in double
+// precision from the same 16-bit inputs and the forward's LSE: odd lengths, GQA and MQA, causal
+// with more or fewer queries than keys, a window, per-sequence lengths, rows that see no key, and
+// an LSE gradient. The SIMT loop is the AMD build's backward: this is where it is checked.
 // Built and run like mfma_prefill.cpp (fmha_test.py does; Clang 15 or later):
 //   clang++-17 -std=c++20 -O1 -Wno-psabi -pthread -I tests/emulation -I src -I generated \
-//       tests/emulation/mma_sync_backward.cpp -o /tmp/mma_sync_backward && /tmp/mma_sync_backward
+//       tests/emulation/backward.cpp -o /tmp/backward && /tmp/backward
 #define FMHA_EMULATED_MMA_SYNC 1
 #include "hip/hip_runtime.h"
 
@@ -29,6 +30,9 @@ namespace fmha {
 namespace mmabwd {
 alignas(16) uint8_t shared[96 * 1024];
 }  // namespace mmabwd
+namespace simtbwd {
+alignas(16) uint8_t shared[48 * 1024];
+}  // namespace simtbwd
 
 // A warp's exchange slots: each lane publishes, the warp meets, each reads what it needs, the warp meets.
 struct EmulatedWarps {
@@ -83,6 +87,12 @@ inline void emulated_mma_16x8x16(float (&acc)[4], const uint32_t (&a)[4], const 
 }
 }  // namespace fmha
 
+inline float atomicAdd(float* address, float value) {
+    std::lock_guard<std::mutex> lock(fmha::atomic_mutex);
+    const float old = *address;
+    *address += value;
+    return old;
+}
 inline float2 atomicAdd(float2* address, float2 value) {
     std::lock_guard<std::mutex> lock(fmha::atomic_mutex);
     const float2 old = *address;
@@ -102,6 +112,7 @@ inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst
 inline thread_local dim3 blockDim;
 
 #include "kernels/mmabwd/mma_sync_kernel.h"
+#include "kernels/simtbwd/simt_kernel.h"
 
 using namespace fmha;
 
@@ -135,7 +146,8 @@ void run_grid(int blocks_x, int blocks_y, int blocks_z, int threads, Kernel kern
             }
 }
 
-template <class Config>
+// kSimt: simtbwd's main loop instead of mma.sync's (no deterministic loop).
+template <class Config, bool kSimt = false>
 bool run(const Case& c, unsigned seed) {
     constexpr DType kD = Config::dtype;
     constexpr bool kCausal = Config::mask == Mask::causal;
@@ -250,7 +262,8 @@ bool run(const Case& c, unsigned seed) {
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * 4;
 
     using T = mmabwd::Tiles<Config>;
-    static_assert(T::kSharedBytes <= int(sizeof(mmabwd::shared)));
+    using S = simtbwd::SimtTiles<Config>;
+    static_assert((kSimt || T::kSharedBytes <= int(sizeof(mmabwd::shared))) && S::kSharedBytes <= int(sizeof(simtbwd::shared)));
     const int row_blocks = int((mmabwd::Workspace::rows(p) * (d / 8) + 255) / 256);
     run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::preprocess_kernel<Config>(p); });
     // Blocks run one at a time, in order: a deterministic turn that is not exactly the count of
@@ -264,16 +277,26 @@ bool run(const Case& c, unsigned seed) {
             std::_Exit(1);
         }
     });
-    const int blocks = int(mmabwd::KeyTile::count(p, T::kKeys));
     const auto loop = [&](auto deterministic, auto options) {
-        run_grid(blocks, 1, 1, T::kThreads, [&] { mmabwd::mma_sync_kernel<Config, deterministic, options>(p); });
+        if constexpr (kSimt) {
+            static_assert(!deterministic);
+            run_grid(int(mmabwd::KeyTile::count(p, S::kKeys)), 1, 1, S::kThreads,
+                     [&] { simtbwd::simt_kernel<Config, options>(p); });
+        } else {
+            run_grid(int(mmabwd::KeyTile::count(p, T::kKeys)), 1, 1, T::kThreads,
+                     [&] { mmabwd::mma_sync_kernel<Config, deterministic, options>(p); });
+        }
     };
     const auto with_options = [&](auto deterministic) {
         if (has_scoring_options(p)) loop(deterministic, std::true_type{});
         else loop(deterministic, std::false_type{});
     };
-    if (c.deterministic) with_options(std::true_type{});
-    else with_options(std::false_type{});
+    if constexpr (!kSimt) {
+        if (c.deterministic) with_options(std::true_type{});
+        else with_options(std::false_type{});
+    } else {
+        with_options(std::false_type{});
+    }
     finished = true;
     watchdog.join();
     run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::convert_kernel<Config>(p); });
@@ -294,8 +317,8 @@ bool run(const Case& c, unsigned seed) {
     check("dq", dq, rq, eq), check("dk", dk, rk, ek), check("dv", dv, rv, ev);
     const double tolerance = kD == DType::fp16 ? 4e-3 : 3e-2;
     const bool ok = eq < tolerance && ek < tolerance && ev < tolerance;
-    std::printf("%s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
-                ok ? "ok  " : "FAIL", kD == DType::fp16 ? "fp16" : "bf16", d, c.batch, c.hq, c.hkv, c.sq, c.skv,
+    std::printf("%s %s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
+                ok ? "ok  " : "FAIL", kSimt ? "simt    " : "mma.sync", kD == DType::fp16 ? "fp16" : "bf16", d, c.batch, c.hq, c.hkv, c.sq, c.skv,
                 kCausal ? window : 0, c.packed ? " packed" : c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "",
                 c.deterministic ? " deterministic" : "", c.alibi ? " ALiBi" : "", eq, ek, ev);
     if (c.softcap > 0) std::printf("     (softcap %.1f)\n", c.softcap);
@@ -328,6 +351,17 @@ int main() {
     ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({2, 4, 2, 45, 77, 0, true, true, 0.f, false, false, 1.5f}, 13);
     ok &= run<Cfg<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 40, 90, 0, false, false, 0.f, true, false, 0.f, true}, 14);
     ok &= run<Cfg<DType::fp16, 64, Mask::nomask>>({1, 4, 2, 70, 150, 0, false, true, 0.3f, false, true, 2.f, true}, 15);
+    // The SIMT loop on the same paths but the deterministic one, and d256.
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>, true>({2, 4, 2, 33, 70, 0, false, false}, 1);
+    ok &= run<Cfg<DType::bf16, 64, Mask::causal>, true>({1, 2, 1, 100, 37, 0, false, true}, 2);
+    ok &= run<Cfg<DType::fp16, 64, Mask::nomask>, true>({2, 3, 3, 65, 129, 0, true, false}, 3);
+    ok &= run<Cfg<DType::bf16, 128, Mask::causal>, true>({1, 3, 1, 45, 150, 20, false, false}, 4);
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>, true>({2, 4, 2, 45, 77, 0, false, true, 0.3f}, 6);
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>, true>({4, 4, 2, 90, 70, 0, false, true, 0.f, true}, 8);
+    ok &= run<Cfg<DType::bf16, 128, Mask::nomask>, true>({3, 2, 1, 40, 130, 0, false, false, 0.2f, true}, 9);
+    ok &= run<Cfg<DType::fp16, 64, Mask::causal>, true>({2, 4, 2, 45, 77, 0, true, true, 0.f, false, false, 1.5f}, 13);
+    ok &= run<Cfg<DType::bf16, 128, Mask::nomask>, true>({3, 2, 1, 40, 90, 0, false, false, 0.f, true, false, 0.f, true}, 14);
+    ok &= run<Cfg<DType::bf16, 256, Mask::causal>, true>({1, 4, 2, 37, 50, 0, true, false, 0.1f}, 16);
     std::printf("%s\n", ok ? "all cases match the reference" : "SOME CASES FAILED");
     return ok ? 0 : 1;
 }
