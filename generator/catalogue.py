@@ -43,12 +43,18 @@ class Family:
     # The family whose calls it serves where that one has no main loop: built for an arch where
     # that one runs only when a selection names it (setup.py --only --families ...).
     fallback_for: str = ""
+    # Its head_dims are powers of two (the backward's preprocess reduces a row over head_dim / 8
+    # lanes of one warp by shuffles: mmabwd/workspace.h).
+    power_of_two_head_dims: bool = False
 
     def takes_head_dim(self, head_dim):
-        return 0 < head_dim <= self.max_head_dim and head_dim % self.head_dim_multiple == 0
+        return (0 < head_dim <= self.max_head_dim and head_dim % self.head_dim_multiple == 0 and
+                (not self.power_of_two_head_dims or head_dim & (head_dim - 1) == 0))
 
     @property
     def head_dim_rule(self):
+        if self.power_of_two_head_dims:
+            return f"a power of two from {self.head_dim_multiple} up to {self.max_head_dim}"
         return f"a multiple of {self.head_dim_multiple} up to {self.max_head_dim}"
 
     def runs_on(self, arch):
@@ -89,11 +95,12 @@ FAMILIES = {
         Family("mmabwd", 64, 256,
                "backward on the matrix cores (Hopper: wgmma fed by TMA): a block owns a key tile, walks "
                "the query tiles that see it, keeps dK and dV in registers and adds dQ into an fp32 workspace",
-               matrix_cores=("wgmma", "mma_sync"), direction="bwd", heads_kinds=("gqa",), deterministic_loop=True),
+               matrix_cores=("wgmma", "mma_sync"), direction="bwd", heads_kinds=("gqa",), deterministic_loop=True,
+               power_of_two_head_dims=True),
         Family("simtbwd", 64, 256,
                "backward on the CUDA cores, any arch: mmabwd's order and workspace with plain arithmetic; "
                "the fallback where no matrix-core loop serves",
-               direction="bwd", heads_kinds=("gqa",), fallback_for="mmabwd"),
+               direction="bwd", heads_kinds=("gqa",), fallback_for="mmabwd", power_of_two_head_dims=True),
     )
 }
 

@@ -173,12 +173,12 @@ def test_a_head_dim_some_family_builds_is_skipped_by_the_others():
     selection = select(dict(DEFAULT_AXES, head_dim=(64, 72), arch=("sm90",)))
     assert {c.family for c in selection.configs if c.head_dim == 72} == {"prefill", "decode"}
     assert {c.family for c in selection.configs if c.head_dim == 64} == {"prefill", "decode", "mmaprefill", "mmabwd"}
-    assert selection.skip_notes() == ["mmabwd skips head_dim 72 (needs a multiple of 64 up to 256)",
+    assert selection.skip_notes() == ["mmabwd skips head_dim 72 (needs a power of two from 64 up to 256)",
                                       "mmabwd skips heads mha, mqa (builds gqa only, which runs every group size)",
                                       "mmaprefill skips head_dim 72 (needs a multiple of 16 up to 256)",
                                       "mmaprefill skips heads mha, mqa (builds gqa only, which runs every group size)",
                                       "simtbwd skips arch sm90 (mmabwd serves it; a selection naming simtbwd builds it)",
-                                      "simtbwd skips head_dim 72 (needs a multiple of 64 up to 256)",
+                                      "simtbwd skips head_dim 72 (needs a power of two from 64 up to 256)",
                                       "simtbwd skips heads mha, mqa (builds gqa only, which runs every group size)"]
 
 
@@ -193,7 +193,7 @@ def test_a_fallback_family_is_built_where_the_family_it_backs_runs_only_when_nam
 
 @pytest.mark.parametrize("axes, message", [
     (dict(head_dim=(64, 100)), "head_dim 100: no family offers it (decode: needs a multiple of 8 up to 256; "
-                               "mmabwd: needs a multiple of 64 up to 256; mmaprefill: needs a multiple of 16 up to 256; prefill: needs a multiple of 8"),
+                               "mmabwd: needs a power of two from 64 up to 256; mmaprefill: needs a multiple of 16 up to 256; prefill: needs a multiple of 8"),
     (dict(family=("mmaprefill",), head_dim=(64, 72)), "head_dim 72: no family offers it (mmaprefill: "),
     (dict(family=("mmaprefill",), arch=("gfx1100", "sm90")),
      "arch gfx1100: no family offers it (mmaprefill: needs matrix core wgmma or mfma; no main loop for wmma yet)"),
@@ -385,3 +385,10 @@ def test_an_invalid_value_is_reported_once(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("head_dim 7:") == 1 and err.count("head_dim 100000:") == 1 and err.count("gfx1030") == 1
     assert "a multiple of 8 up to 256" in err
+
+
+def test_backward_families_take_power_of_two_head_dims_only():
+    """Their preprocess reduces a row over head_dim / 8 lanes of one warp by shuffles: 192's 24
+    lanes would cross warps."""
+    for name in ("mmabwd", "simtbwd"):
+        assert [d for d in range(8, 257, 8) if FAMILIES[name].takes_head_dim(d)] == [64, 128, 256]

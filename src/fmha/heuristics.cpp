@@ -167,9 +167,10 @@ std::string regenerate_advice(const Problem& p, std::optional<Arch> arch) {
     for (int f = 0; f < static_cast<int>(std::size(kFamilyTokens)); ++f) {
         if (!table.empty() && !table_has([&](const KernelKey& k) { return static_cast<int>(k.family) == f; })) continue;
         const HeadDimRule rule = kFamilyHeadDimRules[f];
-        taken = taken || (p.head_dim <= rule.max && p.head_dim % rule.multiple == 0);
-        rules += std::string(rules.empty() ? "" : "; ") + kFamilyTokens[f] + " takes a multiple of " +
-                 std::to_string(rule.multiple) + " up to " + std::to_string(rule.max);
+        taken = taken || rule.takes(p.head_dim);
+        rules += std::string(rules.empty() ? "" : "; ") + kFamilyTokens[f] + " takes " +
+                 (rule.power_of_two ? "a power of two from " : "a multiple of ") + std::to_string(rule.multiple) + " up to " +
+                 std::to_string(rule.max);
     }
     if (!taken)
         return "head_dim " + std::to_string(p.head_dim) + " cannot be generated (" + rules +

@@ -4,7 +4,7 @@
 // (mmabwd/workspace.h): wgmma on Hopper (mmabwd/wgmma_kernel.h), mma.sync on the archs before
 // it (mmabwd/mma_sync_kernel.h, tiles in mmabwd/tiles.h). CDNA's place is the same loop on MFMA
 // (mma/mfma.h: its accumulators are already the next product's B operand, as mma.sync's C
-// tiles are A operands here); the generator skips AMD archs until then.
+// tiles are A operands here); the generator skips AMD archs until then, where simtbwd serves.
 #pragma once
 
 #include <hip/hip_runtime.h>
