@@ -14,7 +14,6 @@
 #include "fmha/bwd_params.h"
 #include "kernels/common/dropout.h"
 #include "kernels/common/mask.h"
-#include "kernels/common/memory.h"
 #include "kernels/common/scoring.h"
 #include "kernels/common/sequence.h"
 #include "kernels/config.h"
