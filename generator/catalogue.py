@@ -242,14 +242,12 @@ def select(axes, name_glob="*", named_families=()):
         declined = FAMILIES[config.family].declines(config)
         for field, value, why in declined:
             why_not[(field, value)][config.family] = why
-        fallback = None if declined else fallback_skip(config, named_families)
-        if fallback:  # (offered by the family all the same: not an unbuildable value)
+        if not declined:  # buildable, though a fallback family may leave it out of this selection
             for field in order:
                 offered[field].add(getattr(config, field))
-            declined = [fallback]
+            fallback = fallback_skip(config, named_families)
+            declined = [fallback] if fallback else []
         if not declined:
-            for field in order:
-                offered[field].add(getattr(config, field))
             if fnmatch.fnmatchcase(config.name, name_glob):
                 configs.append(config)
         elif fnmatch.fnmatchcase(config.name, name_glob):

@@ -11,6 +11,7 @@
 
 #include "fmha/bwd_params.h"
 #include "kernels/config.h"
+#include "kernels/mmabwd/around_loop.h"
 #include "kernels/mmabwd/mma_sync_kernel.h"
 #include "kernels/mmabwd/tiles.h"
 #include "kernels/mmabwd/workspace.h"
@@ -66,20 +67,12 @@ hipError_t main_loop(const BwdParams& p, hipStream_t stream) {
 template <class Config, bool kWithDeterministic = false>
 hipError_t launch(const BwdParams& p, hipStream_t stream) {
     if (!supports<Config>(p) || (p.deterministic && !kWithDeterministic)) return hipErrorInvalidValue;
-    constexpr int kRowThreads = 256;
-    const int64_t row_threads = Workspace::rows(p) * (Config::head_dim / 8);
-    const unsigned row_blocks = unsigned((row_threads + kRowThreads - 1) / kRowThreads);
-    preprocess_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
-
-    const bool options = has_scoring_options(p);
-    hipError_t loop;
-    if (kWithDeterministic && p.deterministic)
-        loop = options ? main_loop<Config, kWithDeterministic, true>(p, stream) : main_loop<Config, kWithDeterministic, false>(p, stream);
-    else
-        loop = options ? main_loop<Config, false, true>(p, stream) : main_loop<Config, false, false>(p, stream);
-    if (loop != hipSuccess) return loop;
-    convert_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
-    return hipGetLastError();
+    return launch_around<Config>(p, stream, [&] {
+        const bool options = has_scoring_options(p);
+        if (kWithDeterministic && p.deterministic)
+            return options ? main_loop<Config, kWithDeterministic, true>(p, stream) : main_loop<Config, kWithDeterministic, false>(p, stream);
+        return options ? main_loop<Config, false, true>(p, stream) : main_loop<Config, false, false>(p, stream);
+    });
 }
 
 }  // namespace mmabwd

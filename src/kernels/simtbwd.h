@@ -8,7 +8,7 @@
 
 #include "fmha/bwd_params.h"
 #include "kernels/config.h"
-#include "kernels/mmabwd/workspace.h"
+#include "kernels/mmabwd/around_loop.h"
 #include "kernels/simtbwd/simt_kernel.h"
 
 namespace fmha {
@@ -31,15 +31,12 @@ hipError_t launch(const BwdParams& p, hipStream_t stream) {
     static_assert(!kWithDeterministic, "generator/catalogue.py: simtbwd has no deterministic loop");
     if (!supports<Config>(p)) return hipErrorInvalidValue;
     using T = SimtTiles<Config>;
-    constexpr int kRowThreads = 256;
-    const int64_t row_threads = Workspace::rows(p) * (Config::head_dim / 8);
-    const unsigned row_blocks = unsigned((row_threads + kRowThreads - 1) / kRowThreads);
-    mmabwd::preprocess_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
-    const unsigned blocks = unsigned(KeyTile::count(p, T::kKeys));
-    if (has_scoring_options(p)) simt_kernel<Config, true><<<blocks, T::kThreads, T::kSharedBytes, stream>>>(p);
-    else simt_kernel<Config, false><<<blocks, T::kThreads, T::kSharedBytes, stream>>>(p);
-    mmabwd::convert_kernel<Config><<<row_blocks, kRowThreads, 0, stream>>>(p);
-    return hipGetLastError();
+    return mmabwd::launch_around<Config>(p, stream, [&] {
+        const unsigned blocks = unsigned(KeyTile::count(p, T::kKeys));
+        if (has_scoring_options(p)) simt_kernel<Config, true><<<blocks, T::kThreads, T::kSharedBytes, stream>>>(p);
+        else simt_kernel<Config, false><<<blocks, T::kThreads, T::kSharedBytes, stream>>>(p);
+        return hipSuccess;
+    });
 }
 
 }  // namespace simtbwd

@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(SimtTiles<Config>::kThreads) simt_kernel(const
     const bool dropping = p.dropout.p != 0.f;
     const Dropout dropout = dropping ? Dropout::of(p.dropout) : Dropout{};
     const float keep_scale = dropping ? dropout.keep_scale : 1.f;
+    const float* const slopes = kOptions ? sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch) : nullptr;
     const Workspace ws = Workspace::of(p);
     const auto walk = BlockSteps<T::kQueries>::of(p, mask, key0, T::kKeys, head_kv, batch, len_q);
 
@@ -141,8 +142,7 @@ __global__ void __launch_bounds__(SimtTiles<Config>::kThreads) simt_kernel(const
             const bool seen = row < len_q && key < len_kv && (!kMasked || mask.sees(row, key));
             float prob = 0.f, score_grad = 1.f;
             if (seen && kOptions) {
-                const StepScoring scoring = StepScoring::of(p.scale, p.softcap, sequence_slopes(p.alibi_slopes, p.alibi_batch_stride, batch),
-                                                            st.head, mask.diagonal(row) - key);
+                const StepScoring scoring = StepScoring::of(p.scale, p.softcap, slopes, st.head, mask.diagonal(row) - key);
                 const float score = scoring.capped() ? scoring.capped_score(scoring.tanh(s), &score_grad) : scoring.score(s);
                 prob = scoring.probability(score, s_lse[ei], 0);
             } else if (seen) {
