@@ -694,6 +694,11 @@ BACKWARD_RUNS = {  # fmha.exe -bwd: odd lengths, GQA, both dtypes, a two-sided w
                                        "-layout", "packed", "-deterministic", "-bf16"],
     "deterministic_alibi_d128_bf16": ["-d", "128", "-b", "2", "-h", "4", "-s", "600", "-causal-mask", "-alibi",
                                       "-softcapping-scale-bmm1", "30", "-deterministic", "-bf16"],
+    # Smaller head_dims on the next larger kernel.
+    "d80_causal_gqa_bf16": ["-d", "80", "-b", "2", "-h", "8", "-gqa", "2", "-s", "555", "-causal-mask", "-bf16"],
+    "d40_packed_fp16": ["-d", "40", "-b", "4", "-h", "4", "-s", "400", "-min-s", "1", "-layout", "packed", "-fp16"],
+    "d192_window_bf16": ["-d", "192", "-b", "1", "-h", "4", "-s", "700", "-window-left", "150", "-window-right", "20",
+                         "-bf16"],
 }
 
 

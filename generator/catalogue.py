@@ -43,8 +43,9 @@ class Family:
     # The family whose calls it serves where that one has no main loop: built for an arch where
     # that one runs only when a selection names it (setup.py --only --families ...).
     fallback_for: str = ""
-    # Its head_dims are powers of two (the backward's preprocess reduces a row over head_dim / 8
-    # lanes of one warp by shuffles: mmabwd/workspace.h).
+    # Its kernels' head_dims are powers of two (the backward's preprocess reduces a row over
+    # head_dim / 8 lanes of one warp by shuffles: mmabwd/workspace.h); others run on the next
+    # larger kernel where it serves smaller head_dims.
     power_of_two_head_dims: bool = False
 
     def takes_head_dim(self, head_dim):
@@ -96,11 +97,12 @@ FAMILIES = {
                "backward on the matrix cores (Hopper: wgmma fed by TMA): a block owns a key tile, walks "
                "the query tiles that see it, keeps dK and dV in registers and adds dQ into an fp32 workspace",
                matrix_cores=("wgmma", "mma_sync"), direction="bwd", heads_kinds=("gqa",), deterministic_loop=True,
-               power_of_two_head_dims=True),
+               serves_smaller_head_dims=True, power_of_two_head_dims=True),
         Family("simtbwd", 64, 256,
                "backward on the CUDA cores, any arch: mmabwd's order and workspace with plain arithmetic; "
                "the fallback where no matrix-core loop serves",
-               direction="bwd", heads_kinds=("gqa",), fallback_for="mmabwd", power_of_two_head_dims=True),
+               direction="bwd", heads_kinds=("gqa",), fallback_for="mmabwd", serves_smaller_head_dims=True,
+               power_of_two_head_dims=True),
     )
 }
 

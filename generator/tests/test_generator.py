@@ -389,6 +389,7 @@ def test_an_invalid_value_is_reported_once(tmp_path, capsys):
 
 def test_backward_families_take_power_of_two_head_dims_only():
     """Their preprocess reduces a row over head_dim / 8 lanes of one warp by shuffles: 192's 24
-    lanes would cross warps."""
+    lanes would cross warps. Other multiples of 8 run on the next larger kernel."""
     for name in ("mmabwd", "simtbwd"):
         assert [d for d in range(8, 257, 8) if FAMILIES[name].takes_head_dim(d)] == [64, 128, 256]
+        assert FAMILIES[name].serves_smaller_head_dims

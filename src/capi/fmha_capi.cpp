@@ -18,6 +18,7 @@
 #include "fmha/kv_append.h"
 #include "fmha/problem.h"
 #include "kernels/common/element_rows.h"
+#include "kernels/config.h"
 #include "platform/device.h"
 
 // python/fmha/_library.py mirrors these layouts with ctypes (its test checks the same sizes).
@@ -505,9 +506,9 @@ fmha_status fmha_backward(const fmha_plan* plan, const fmha_problem* problem, co
             status != FMHA_OK)
             return status;
         const BwdKernelEntry& entry = *found;
-        // The kernel select_bwd_kernel would give on the plan's arch (checked before any device is asked).
-        const KernelKey wanted{p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), entry.key.family, entry.key.arch};
-        if (entry.key != wanted)
+        // A kernel select_bwd_kernel could give on the plan's arch (checked before any device is asked).
+        const KernelKey wanted{p.dtype, entry.key.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), entry.key.family, entry.key.arch};
+        if (entry.key != wanted || !head_dim_fits(entry.key.family, entry.key.head_dim, p.head_dim))
             return fail(FMHA_INVALID_ARGUMENT, "plan's kernel " + std::string(entry.name) + " does not fit the problem: use fmha_plan_backward");
         const fmha_bwd_tensors& t = *tensors;
         const std::pair<const char*, std::pair<const void*, fmha_strides>> checked[] = {

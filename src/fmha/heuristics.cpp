@@ -44,6 +44,27 @@ std::string element_rows_misfit(int head_dim) {
            "family reads (the tensor-core family reads them element by element)";
 }
 
+// A family's kernel in `table` for the problem: its exact head_dim, else the smallest larger one
+// that serves it (head_dim_fits); nullptr where the build has none.
+template <class Entry>
+const Entry* fitting_kernel(const std::vector<Entry>& table, const Problem& p, HeadsKind heads, Family family, Arch arch) {
+    const Entry* found = nullptr;
+    for (const Entry& e : table) {
+        const KernelKey& k = e.key;
+        if (k.dtype == p.dtype && k.heads == heads && k.mask == p.mask.kernel_mask() && k.family == family && k.arch == arch &&
+            head_dim_fits(k.family, k.head_dim, p.head_dim) && (!found || k.head_dim < found->key.head_dim))
+            found = &e;
+    }
+    return found;
+}
+
+// The reason's note where a kernel runs a smaller head_dim.
+std::string smaller_head_dim_note(const Problem& p, const KernelKey& key) {
+    if (key.head_dim == p.head_dim) return "";
+    return "; head_dim " + std::to_string(p.head_dim) + " on the d" + std::to_string(key.head_dim) + " kernel (its columns past " +
+           std::to_string(p.head_dim) + " are zeros)";
+}
+
 }  // namespace
 
 bool kernel_supports(const KernelKey& key, const Problem& p, std::string* why_not) {
@@ -88,24 +109,13 @@ Selection select_kernel(const Problem& p, Arch arch) {
         if (element_rows(p.head_dim) && !kFamilyHeadDimRules[static_cast<int>(choice.family)].element_rows)
             why_not = element_rows_misfit(p.head_dim);  // none of its kernels fits: say why
         for (HeadsKind heads : {p.heads_kind(), HeadsKind::gqa}) {
-            // The exact head_dim, else the family's smallest larger kernel that serves it.
-            const KernelEntry* entry = nullptr;
-            for (const KernelEntry& e : kernel_table()) {
-                const KernelKey& k = e.key;
-                if (k.dtype == p.dtype && k.heads == heads && k.mask == p.mask.kernel_mask() && k.family == choice.family &&
-                    k.arch == arch && head_dim_fits(k.family, k.head_dim, p.head_dim) &&
-                    (!entry || k.head_dim < entry->key.head_dim))
-                    entry = &e;
-            }
+            const KernelEntry* entry = fitting_kernel(kernel_table(), p, heads, choice.family, arch);
             if (!entry || !kernel_supports(entry->key, p, &why_not)) continue;
             std::string reason = std::string(token(choice.family)) + " family, " + choice.why + passed_over + "; " +
                                  kFamilyDescriptions[static_cast<int>(choice.family)];
             if (heads != p.heads_kind())
                 reason += std::string("; no ") + token(p.heads_kind()) + " kernel, the gqa kernel covers it";
-            if (entry->key.head_dim != p.head_dim)
-                reason += "; head_dim " + std::to_string(p.head_dim) + " on the d" + std::to_string(entry->key.head_dim) +
-                          " kernel (its columns past " + std::to_string(p.head_dim) + " are zeros)";
-            return {entry, reason};
+            return {entry, reason + smaller_head_dim_note(p, entry->key)};
         }
         passed_over += std::string("; not ") + token(choice.family) + ": " + why_not;
     }
@@ -120,13 +130,14 @@ BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
     // The matrix cores' loop where the build has it, else the CUDA cores' (no deterministic loop).
     bool without_deterministic = false;
     for (const Family family : {Family::mmabwd, Family::simtbwd}) {
-        const BwdKernelEntry* entry = find_bwd_kernel({p.dtype, p.head_dim, HeadsKind::gqa, p.mask.kernel_mask(), family, arch});
+        const BwdKernelEntry* entry = fitting_kernel(bwd_kernel_table(), p, HeadsKind::gqa, family, arch);
         if (!entry) continue;
         if (p.deterministic && !entry->deterministic) {
             without_deterministic = true;
             continue;
         }
-        return {entry, std::string(entry->name) + ": " + kFamilyDescriptions[static_cast<int>(family)]};
+        return {entry, std::string(entry->name) + ": " + kFamilyDescriptions[static_cast<int>(family)] +
+                           smaller_head_dim_note(p, entry->key)};
     }
     if (without_deterministic)
         return {nullptr, "this build's backward kernels have no deterministic mode: `python3 setup.py --refresh "

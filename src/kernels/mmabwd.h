@@ -25,7 +25,7 @@ namespace mmabwd {
 
 template <class Config>
 size_t workspace_size(const BwdParams& p) {
-    return Workspace::bytes(p);
+    return Workspace::bytes(p, Config::head_dim);
 }
 
 // Starts the main loop's kernel, a block per key tile (block_steps.h: KeyTile). kKernel is a
@@ -45,12 +45,12 @@ hipError_t main_loop(const BwdParams& p, hipStream_t stream) {
     if constexpr (matrix_core(Config::arch) == MatrixCore::wgmma) {
         using T = WgmmaTiles<Config>;
         constexpr bool kBf16 = Config::dtype == DType::bf16;
-        StepMaps maps{};
+        StepMaps maps{};  // (the problem's head_dim: TMA reads the kernel's columns past it as zeros)
         const bool packed = p.cu_seqlens_q;
         if (!hopper::encode_sequences_map(&maps.q, kBf16, p.q, p.q_strides, packed, p.total_q, p.batch, p.heads_q, p.seqlen_q,
-                                          Config::head_dim, T::kQueries, 1) ||
+                                          p.head_dim, T::kQueries, 1) ||
             !hopper::encode_sequences_map(&maps.d_o, kBf16, p.d_o, p.d_o_strides, packed, p.total_q, p.batch, p.heads_q,
-                                          p.seqlen_q, Config::head_dim, T::kQueries, 1) ||
+                                          p.seqlen_q, p.head_dim, T::kQueries, 1) ||
             !hopper::encode_fp32_rows_map(&maps.dq_accum, Workspace::of(p).dq_accum, Workspace::rows(p), Config::head_dim,
                                           T::kQueries))
             return hipErrorInvalidValue;
@@ -66,7 +66,7 @@ hipError_t main_loop(const BwdParams& p, hipStream_t stream) {
 // generator built it (unless setup.py --no-deterministic-backward); else it declines such calls.
 template <class Config, bool kWithDeterministic = false>
 hipError_t launch(const BwdParams& p, hipStream_t stream) {
-    if (!supports<Config>(p) || (p.deterministic && !kWithDeterministic)) return hipErrorInvalidValue;
+    if (!supports<Config>(p, Family::mmabwd) || (p.deterministic && !kWithDeterministic)) return hipErrorInvalidValue;
     return launch_around<Config>(p, stream, [&] {
         const bool options = has_scoring_options(p);
         if (kWithDeterministic && p.deterministic)

@@ -18,12 +18,12 @@ namespace simtbwd {
 // deterministic loop.
 template <class Config>
 bool supports(const BwdParams& p) {
-    return mmabwd::supports<Config>(p) && !p.deterministic;
+    return mmabwd::supports<Config>(p, Family::simtbwd) && !p.deterministic;
 }
 
 template <class Config>
 size_t workspace_size(const BwdParams& p) {
-    return Workspace::bytes(p);
+    return Workspace::bytes(p, Config::head_dim);
 }
 
 template <class Config, bool kWithDeterministic = false>

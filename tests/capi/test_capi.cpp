@@ -204,7 +204,7 @@ TEST(CApi, ForwardNeedsTheOptionsTensors) {
 }
 
 TEST(CApi, BackwardKernelsAreListedApart) {
-    // This platform's backward kernels (none on AMD until the MFMA loop exists); never forward ones.
+    // This platform's backward kernels, never forward ones.
     for (int32_t i = 0; i < fmha_bwd_kernel_count(); ++i)
         EXPECT_EQ(std::string(fmha_bwd_kernel_name(i)).rfind("fmha_bwd_", 0), 0u) << i;
     EXPECT_EQ(fmha_bwd_kernel_name(-1), nullptr);
@@ -239,6 +239,10 @@ TEST(CApi, BackwardRejectsBadPlansAndTensors) {
     fmha_problem causal = p;
     causal.masked = 1, causal.window_left = -1, causal.window_right = 0;
     EXPECT_EQ(fmha_backward(&plan, &causal, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
+    EXPECT_NE(error().find("does not fit the problem"), std::string::npos) << error();
+    fmha_problem larger = p;  // (a smaller head_dim runs on it; a larger one does not)
+    larger.head_dim = 136;
+    EXPECT_EQ(fmha_backward(&plan, &larger, &t, nullptr, 0, nullptr), FMHA_INVALID_ARGUMENT);
     EXPECT_NE(error().find("does not fit the problem"), std::string::npos) << error();
     fmha_bwd_tensors bad = t;
     bad.d_o = nullptr;

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -124,6 +125,9 @@ struct Case {
     bool deterministic = false;  // dQ's adds in turns (dq_turns.h)
     float softcap = 0.f;         // the scoring options (mmabwd/step_scoring.h)
     bool alibi = false;          // slopes per query head
+    // The problem's head_dim where smaller than the kernel's (0: the kernel's); its rows then
+    // end in 8 guard columns of random inputs and poisoned outputs that must stay so.
+    int head_dim = 0;
 };
 
 template <class Kernel>
@@ -152,7 +156,7 @@ bool run(const Case& c, unsigned seed) {
     constexpr DType kD = Config::dtype;
     constexpr bool kCausal = Config::mask == Mask::causal;
     using Numeric = DTypeTraits<kD>;
-    const int d = Config::head_dim;
+    const int d = c.head_dim ? c.head_dim : Config::head_dim, pitch = d + (c.head_dim ? 8 : 0);
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     auto bits = [&](std::vector<uint16_t>& x, float s) { for (auto& e : x) e = Numeric::pack(s * u(rng)); };
@@ -160,7 +164,7 @@ bool run(const Case& c, unsigned seed) {
     // Token-major [b, s, h, d], as Python passes them; packed: [tokens, h, d], whose batch stride
     // is the row stride (FwdParams).
     auto strides = [&](int heads, int seq) {
-        return TensorStrides{c.packed ? int64_t(heads) * d : int64_t(seq) * heads * d, d, int64_t(heads) * d};
+        return TensorStrides{c.packed ? int64_t(heads) * pitch : int64_t(seq) * heads * pitch, pitch, int64_t(heads) * pitch};
     };
     std::vector<int> lq(c.batch, c.sq), lkv(c.batch, c.skv);
     if (c.varlen || c.packed)
@@ -168,9 +172,9 @@ bool run(const Case& c, unsigned seed) {
     std::vector<int> cu_q(c.batch + 1, 0), cu_kv(c.batch + 1, 0);
     for (int b = 0; b < c.batch; ++b) cu_q[b + 1] = cu_q[b] + lq[b], cu_kv[b + 1] = cu_kv[b] + lkv[b];
     const int tokens_q = c.packed ? cu_q[c.batch] : c.batch * c.sq, tokens_kv = c.packed ? cu_kv[c.batch] : c.batch * c.skv;
-    const size_t nq = size_t(tokens_q) * c.hq * d, nkv = size_t(tokens_kv) * c.hkv * d;
+    const size_t nq = size_t(tokens_q) * c.hq * pitch, nkv = size_t(tokens_kv) * c.hkv * pitch;
     std::vector<uint16_t> q(nq), k(nkv), v(nkv), o(nq), d_o(nq), dq(nq, 0x7e00), dk(nkv, 0x7e00), dv(nkv, 0x7e00);
-    bits(q, 2.f), bits(k, 2.f), bits(v, 1.f), bits(d_o, 1.f);
+    bits(q, 2.f), bits(k, 2.f), bits(v, 1.f), bits(d_o, 1.f), bits(o, 3.f);  // (o: its guard columns; the rest below)
     const TensorStrides sq = strides(c.hq, c.sq), skv = strides(c.hkv, c.skv);
     auto at = [&](const TensorStrides& s, int b, int h, int i) {
         const std::vector<int>& cu = &s == &sq ? cu_q : cu_kv;  // (which side: the strides passed)
@@ -258,13 +262,13 @@ bool run(const Case& c, unsigned seed) {
     p.dropout = {c.dropout, c.dropout > 0 ? seed_offset : nullptr};
     p.deterministic = c.deterministic;
     p.softcap = c.softcap, p.alibi_slopes = c.alibi ? slopes.data() : nullptr;
-    std::vector<float> workspace(mmabwd::Workspace::bytes(p) / 4, 12345.f);  // garbage: the launch initialises it
+    std::vector<float> workspace(mmabwd::Workspace::bytes(p, Config::head_dim) / 4, 12345.f);  // garbage: the launch initialises it
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * 4;
 
     using T = mmabwd::Tiles<Config>;
     using S = simtbwd::SimtTiles<Config>;
     static_assert((kSimt || T::kSharedBytes <= int(sizeof(mmabwd::shared))) && S::kSharedBytes <= int(sizeof(simtbwd::shared)));
-    const int row_blocks = int((mmabwd::Workspace::rows(p) * (d / 8) + 255) / 256);
+    const int row_blocks = int((mmabwd::Workspace::rows(p) * (Config::head_dim / 8) + 255) / 256);
     run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::preprocess_kernel<Config>(p); });
     // Blocks run one at a time, in order: a deterministic turn that is not exactly the count of
     // the lower tiles' adds never comes, and the watchdog fails the case instead of hanging.
@@ -301,12 +305,17 @@ bool run(const Case& c, unsigned seed) {
     watchdog.join();
     run_grid(row_blocks, 1, 1, 256, [&] { mmabwd::convert_kernel<Config>(p); });
 
-    // Error relative to each tensor's largest reference value; padded rows must be zero.
+    // Error relative to each tensor's largest reference value; padded rows must be zero, guard
+    // columns still poisoned.
     auto check = [&](const char* what, const std::vector<uint16_t>& got, const std::vector<double>& ref, double& worst) {
         double peak = 1e-30;
         for (double r : ref) peak = std::max(peak, std::abs(r));
         worst = 0;
         for (size_t i = 0; i < got.size(); ++i) {
+            if (int(i % pitch) >= d) {
+                if (got[i] != 0x7e00) worst = INFINITY;
+                continue;
+            }
             const double g = value(got[i]);
             worst = std::isnan(g) ? INFINITY : std::max(worst, std::abs(g - ref[i]) / peak);
             if (worst == INFINITY) break;
@@ -317,8 +326,9 @@ bool run(const Case& c, unsigned seed) {
     check("dq", dq, rq, eq), check("dk", dk, rk, ek), check("dv", dv, rv, ev);
     const double tolerance = kD == DType::fp16 ? 4e-3 : 3e-2;
     const bool ok = eq < tolerance && ek < tolerance && ev < tolerance;
-    std::printf("%s %s %s d%d b%d h%d/%d s_q %d s_kv %d window %d%s%s%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
-                ok ? "ok  " : "FAIL", kSimt ? "simt    " : "mma.sync", kD == DType::fp16 ? "fp16" : "bf16", d, c.batch, c.hq, c.hkv, c.sq, c.skv,
+    std::printf("%s %s %s d%d%s b%d h%d/%d s_q %d s_kv %d window %d%s%s%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
+                ok ? "ok  " : "FAIL", kSimt ? "simt    " : "mma.sync", kD == DType::fp16 ? "fp16" : "bf16", d,
+                c.head_dim ? (" on d" + std::to_string(Config::head_dim)).c_str() : "", c.batch, c.hq, c.hkv, c.sq, c.skv,
                 kCausal ? window : 0, c.packed ? " packed" : c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "",
                 c.deterministic ? " deterministic" : "", c.alibi ? " ALiBi" : "", eq, ek, ev);
     if (c.softcap > 0) std::printf("     (softcap %.1f)\n", c.softcap);
@@ -351,6 +361,10 @@ int main() {
     ok &= run<Cfg<DType::fp16, 64, Mask::causal>>({2, 4, 2, 45, 77, 0, true, true, 0.f, false, false, 1.5f}, 13);
     ok &= run<Cfg<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 40, 90, 0, false, false, 0.f, true, false, 0.f, true}, 14);
     ok &= run<Cfg<DType::fp16, 64, Mask::nomask>>({1, 4, 2, 70, 150, 0, false, true, 0.3f, false, true, 2.f, true}, 15);
+    // Smaller head_dims on a larger kernel: zeros past the problem's columns, nothing written there.
+    ok &= run<Cfg<DType::fp16, 128, Mask::causal>>({2, 4, 2, 45, 77, 0, false, true, 0.f, false, false, 0.f, false, 80}, 17);
+    ok &= run<Cfg<DType::bf16, 64, Mask::nomask>>({3, 2, 1, 40, 70, 0, false, false, 0.2f, true, false, 0.f, false, 40}, 18);
+    ok &= run<Cfg<DType::fp16, 128, Mask::causal>>({1, 4, 2, 150, 300, 100, false, false, 0.f, false, true, 0.f, false, 72}, 19);
     // The SIMT loop on the same paths but the deterministic one, and d256.
     ok &= run<Cfg<DType::fp16, 64, Mask::causal>, true>({2, 4, 2, 33, 70, 0, false, false}, 1);
     ok &= run<Cfg<DType::bf16, 64, Mask::causal>, true>({1, 2, 1, 100, 37, 0, false, true}, 2);
@@ -362,6 +376,8 @@ int main() {
     ok &= run<Cfg<DType::fp16, 64, Mask::causal>, true>({2, 4, 2, 45, 77, 0, true, true, 0.f, false, false, 1.5f}, 13);
     ok &= run<Cfg<DType::bf16, 128, Mask::nomask>, true>({3, 2, 1, 40, 90, 0, false, false, 0.f, true, false, 0.f, true}, 14);
     ok &= run<Cfg<DType::bf16, 256, Mask::causal>, true>({1, 4, 2, 37, 50, 0, true, false, 0.1f}, 16);
+    ok &= run<Cfg<DType::fp16, 128, Mask::causal>, true>({2, 4, 2, 45, 77, 0, false, true, 0.f, false, false, 0.f, false, 80}, 17);
+    ok &= run<Cfg<DType::bf16, 256, Mask::nomask>, true>({2, 2, 1, 30, 40, 0, false, false, 0.f, true, false, 1.5f, true, 192}, 20);
     std::printf("%s\n", ok ? "all cases match the reference" : "SOME CASES FAILED");
     return ok ? 0 : 1;
 }

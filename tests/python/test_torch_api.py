@@ -804,6 +804,11 @@ def _check_gradients(q, k, v, causal=False, window=(-1, -1), with_lse=False, see
     (2, 77, 150, 4, 2, 256, True),     # d256: the warpgroups split dK's and dV's columns
     (1, 130, 65, 2, 2, 256, False),
     (9, 100, 300, 10, 5, 128, False),  # 45 (KV head, sequence) pairs of 3 key tiles: two block groups, the last of 2
+    # Smaller head_dims on the next larger kernel (columns past them zero-filled, never written).
+    (2, 50, 130, 4, 2, 40, True),
+    (2, 77, 150, 4, 2, 80, True),
+    (1, 100, 90, 4, 4, 96, False),
+    (1, 60, 120, 6, 2, 192, True),
 ])
 def test_torch_backward_kernel_matches_fp64(dtype, batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal):
     torch.manual_seed(31)

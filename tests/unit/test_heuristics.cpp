@@ -41,6 +41,10 @@ TEST(Heuristics, PicksTheBackwardKernelOfEveryGroupSize) {
         Problem options = packed;  // softcapping and ALiBi: the same kernel, its options loop
         options.softcap = 30.f, options.alibi = true;
         EXPECT_EQ(select_bwd_kernel(options, k.arch).entry, expected) << entry.name;
+        // A smaller head_dim (a multiple of 8) on the next larger kernel, its columns zero-filled.
+        const BwdSelection smaller = select_bwd_kernel(make(8, 2, k.head_dim - 8, k.dtype, k.mask == Mask::causal), k.arch);
+        EXPECT_EQ(smaller.entry, expected) << entry.name << ": " << smaller.reason;
+        EXPECT_NE(smaller.reason.find("on the d" + std::to_string(k.head_dim) + " kernel"), std::string::npos) << smaller.reason;
         packed.page_size = 64;  // a paged cache is not trained through
         EXPECT_EQ(select_bwd_kernel(packed, k.arch).entry, nullptr) << entry.name;
         // The deterministic loop where the generator built it (mmabwd's), else a refusal naming its flag.
@@ -50,7 +54,7 @@ TEST(Heuristics, PicksTheBackwardKernelOfEveryGroupSize) {
         EXPECT_EQ(s.entry, expected->deterministic ? expected : nullptr) << entry.name;
         if (!expected->deterministic) EXPECT_NE(s.reason.find("--deterministic-backward"), std::string::npos) << s.reason;
     }
-    const BwdSelection none = select_bwd_kernel(make(8, 2, 24), bwd_kernel_table().front().key.arch);
+    const BwdSelection none = select_bwd_kernel(make(8, 2, 264), bwd_kernel_table().front().key.arch);
     EXPECT_EQ(none.entry, nullptr);
     EXPECT_NE(none.reason.find("no backward kernel in this build"), std::string::npos) << none.reason;
 }

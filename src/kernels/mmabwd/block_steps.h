@@ -109,13 +109,14 @@ struct BlockSteps {
 };
 
 // Starts copying rows [row0, row0 + kRows) of a [rows, kHeadDim] tensor into shared memory,
-// 16 bytes a lane, row r's column c to place(r, c); rows at or past `valid` become zeros.
+// 16 bytes a lane, row r's column c to place(r, c); rows at or past `valid` and columns at or
+// past `columns` (the problem's head_dim, a multiple of 8) become zeros.
 template <int kThreads, int kHeadDim, int kRows, class Place>
-__device__ inline void load_rows(Place place, const uint16_t* base, int64_t row_stride, int row0, int valid) {
+__device__ inline void load_rows(Place place, const uint16_t* base, int64_t row_stride, int row0, int valid, int columns) {
     constexpr int kVectors = kHeadDim / 8;
     for (int i = threadIdx.x; i < kRows * kVectors; i += kThreads) {
         const int row = i / kVectors, column = (i % kVectors) * 8;
-        const bool inside = row0 + row < valid;
+        const bool inside = row0 + row < valid && column < columns;
         copy_async<16>(place(row, column), base + (inside ? (row0 + row) * row_stride + column : 0), inside);
     }
 }

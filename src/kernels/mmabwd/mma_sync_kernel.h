@@ -32,10 +32,10 @@ namespace fmha {
 namespace mmabwd {
 
 // A warp's 16 rows of an accumulator [16, head_dim] in mma C layout, times `scale`, to rows
-// row0.. of a tensor; rows at or past `rows` are not written.
+// row0.. of a tensor; rows at or past `rows` and columns at or past `columns` are not written.
 template <class Numeric, int kTiles>
 __device__ inline void store_rows(uint16_t* base, int64_t row_stride, const float (&acc)[kTiles][4], float scale,
-                                  int row0, int rows, int lane) {
+                                  int row0, int rows, int columns, int lane) {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -43,8 +43,9 @@ __device__ inline void store_rows(uint16_t* base, int64_t row_stride, const floa
         if (row >= rows) continue;
 #pragma unroll
         for (int n = 0; n < kTiles; ++n)
-            *reinterpret_cast<uint32_t*>(base + row * row_stride + n * 8 + 2 * t) =
-                pack2<Numeric>(acc[n][2 * half] * scale, acc[n][2 * half + 1] * scale);
+            if (8 * n < columns)
+                *reinterpret_cast<uint32_t*>(base + row * row_stride + n * 8 + 2 * t) =
+                    pack2<Numeric>(acc[n][2 * half] * scale, acc[n][2 * half + 1] * scale);
     }
 }
 
@@ -86,11 +87,11 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
         load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kQOffset, stage),
                                                          static_cast<const uint16_t*>(p.q) + seq.q_index * p.q_strides.batch +
                                                              st.head * p.q_strides.head,
-                                                         p.q_strides.row, st.q0, len_q);
+                                                         p.q_strides.row, st.q0, len_q, p.head_dim);
         load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kDoOffset, stage),
                                                          static_cast<const uint16_t*>(p.d_o) + seq.q_index * p.d_o_strides.batch +
                                                              st.head * p.d_o_strides.head,
-                                                         p.d_o_strides.row, st.q0, len_q);
+                                                         p.d_o_strides.row, st.q0, len_q, p.head_dim);
         load_row_stats<T::kThreads, T::kQueries>(p, st, len_q,
                                                  reinterpret_cast<float*>(shared + T::kLseOffset) + stage * T::kQueries,
                                                  reinterpret_cast<float*>(shared + T::kDOffset) + stage * T::kQueries);
@@ -98,8 +99,8 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
     if (steps > 0) {  // (no copies left in flight by a block without steps)
         const uint16_t* k = static_cast<const uint16_t*>(p.k) + seq.kv_index * p.k_strides.batch + head_kv * p.k_strides.head;
         const uint16_t* v = static_cast<const uint16_t*>(p.v) + seq.kv_index * p.v_strides.batch + head_kv * p.v_strides.head;
-        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, 0), k, p.k_strides.row, key0, len_kv);
-        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, 0), v, p.v_strides.row, key0, len_kv);
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, 0), k, p.k_strides.row, key0, len_kv, p.head_dim);
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, 0), v, p.v_strides.row, key0, len_kv, p.head_dim);
         load_stage(0, 0);
     }
     for (int step = 0; step < steps; ++step) {
@@ -228,8 +229,8 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
 
     uint16_t* dk_out = static_cast<uint16_t*>(p.dk) + seq.kv_index * p.dk_strides.batch + head_kv * p.dk_strides.head;
     uint16_t* dv_out = static_cast<uint16_t*>(p.dv) + seq.kv_index * p.dv_strides.batch + head_kv * p.dv_strides.head;
-    store_rows<Numeric>(dk_out, p.dk_strides.row, dk, p.scale, key0 + 16 * warp, seq.written_kv, lane);
-    store_rows<Numeric>(dv_out, p.dv_strides.row, dv, 1.f, key0 + 16 * warp, seq.written_kv, lane);
+    store_rows<Numeric>(dk_out, p.dk_strides.row, dk, p.scale, key0 + 16 * warp, seq.written_kv, p.head_dim, lane);
+    store_rows<Numeric>(dv_out, p.dv_strides.row, dv, 1.f, key0 + 16 * warp, seq.written_kv, p.head_dim, lane);
 }
 
 }  // namespace mmabwd

@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     if (walk.steps > 0) {  // (no copies left in flight by a block without steps)
         const uint16_t* k = static_cast<const uint16_t*>(p.k) + seq.kv_index * p.k_strides.batch + head_kv * p.k_strides.head;
         const uint16_t* v = static_cast<const uint16_t*>(p.v) + seq.kv_index * p.v_strides.batch + head_kv * p.v_strides.head;
-        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, T::kKeys), k, p.k_strides.row, key0, len_kv);
-        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, T::kKeys), v, p.v_strides.row, key0, len_kv);
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, T::kKeys), k, p.k_strides.row, key0, len_kv, p.head_dim);
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, T::kKeys), v, p.v_strides.row, key0, len_kv, p.head_dim);
         if (threadIdx.x == 0) {
             for (int stage = 0; stage < T::kStages; ++stage) hopper::barrier_init(&landed[stage], 1);
             hopper::barrier_init_fence();
@@ -490,6 +490,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
 #pragma unroll
             for (int n = 0; n < T::kColumns / 8; ++n) {
                 const int e = 4 * n + 2 * half;
+                if (kv0 + 8 * n >= p.head_dim) continue;  // (a smaller problem head_dim)
                 *reinterpret_cast<uint32_t*>(dk_row + 8 * n) = pack2<Numeric>(dk[e] * p.scale, dk[e + 1] * p.scale);
                 *reinterpret_cast<uint32_t*>(dv_row + 8 * n) = pack2<Numeric>(dv[e], dv[e + 1]);
             }
@@ -519,7 +520,7 @@ __global__ void __launch_bounds__(WgmmaTiles<Config>::kThreads, 1)
     for (int i = threadIdx.x; i < 2 * T::kKeys * kRowChunks; i += T::kThreads) {
         const bool is_dv = i >= T::kKeys * kRowChunks;
         const int row = i % (T::kKeys * kRowChunks) / kRowChunks, chunk = i % kRowChunks, key = key0 + row;
-        if (key >= out_seq.written_kv) continue;
+        if (key >= out_seq.written_kv || 8 * chunk >= p.head_dim) continue;
         const uint4 chunk_value = *reinterpret_cast<const uint4*>(shared + (is_dv ? T::kVOffset : T::kKOffset) +
                                                                    row * T::kHeadDim * 2 + (chunk ^ (row % 8)) * 16);
         uint16_t* const out = is_dv ? dv_out + key * p.dv_strides.row : dk_out + key * p.dk_strides.row;

@@ -2,8 +2,9 @@
 //   preprocess: D = rowsum(dO * O) (minus dL/dLSE) and the LSE in the log2 domain per query row,
 //               and a zeroed fp32 dQ accumulator;
 //   convert:    dQ = scale * accumulator, in the element type.
-// Both walk the workspace's rows (Workspace: its layout), head_dim / 8 lanes a row, whatever
-// the tensors' strides and whether the batch is padded or packed.
+// Both walk the workspace's rows (Workspace: its layout), the kernel's head_dim / 8 lanes a row,
+// whatever the tensors' strides and whether the batch is padded or packed; columns past a
+// smaller problem head_dim read as zeros and are not written.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -25,7 +26,6 @@ struct Workspace {
     // [heads_q][virtual tiles of kRowTile rows] (sequence.h: packed_tile_sequence), so the
     // workspace follows the tokens, not batch x seqlen_q.
     static constexpr int kRowTile = 64;
-    float* dq_accum;  // [rows, head_dim], first: its 16-byte stores and 8-byte atomics stay aligned
     float* d;         // [rows]; 0 past a sequence's rows
     // [rows]: the forward's LSE times log2(e), so that P = exp2(S scale log2(e) - lse_log2);
     // +inf where the LSE is -inf (a row that sees no key) and past a sequence's rows: P = 0
@@ -34,6 +34,9 @@ struct Workspace {
     // zeroed by the preprocess when deterministic
     int* dq_turns;
     static constexpr int kTurnRows = 16, kTurnParts = 2;
+    // [rows, the kernel's head_dim], last (its width is the kernel's, not the problem's: columns
+    // past a smaller head_dim stay zero), at 128 bytes for its 16-byte stores and TMA boxes
+    float* dq_accum;
 
     __host__ __device__ static bool packed(const BwdParams& p) { return p.total_q > 0; }
     // Rows from one query head of a sequence to the next head's.
@@ -49,13 +52,17 @@ struct Workspace {
         return packed(p) ? kRowTile * (b + int64_t(p.cu_seqlens_q[b]) / kRowTile) : int64_t(b) * p.heads_q * head_stride(p);
     }
     __host__ __device__ static int64_t turns(const BwdParams& p) { return rows(p) / kTurnRows * kTurnParts; }
-    __host__ __device__ static size_t bytes(const BwdParams& p) {
-        return size_t(rows(p)) * (2 + p.head_dim) * sizeof(float) + size_t(turns(p)) * sizeof(int);
+    __host__ __device__ static size_t accum_offset(const BwdParams& p) {
+        return (size_t(rows(p)) * 2 * sizeof(float) + size_t(turns(p)) * sizeof(int) + 127) / 128 * 128;
+    }
+    // For a kernel of head_dim `width`.
+    __host__ __device__ static size_t bytes(const BwdParams& p, int width) {
+        return accum_offset(p) + size_t(rows(p)) * width * sizeof(float);
     }
     __host__ __device__ static Workspace of(const BwdParams& p) {
-        float* base = static_cast<float*>(p.workspace);
-        return {base, base + rows(p) * p.head_dim, base + rows(p) * (p.head_dim + 1),
-                reinterpret_cast<int*>(base + rows(p) * (p.head_dim + 2))};
+        uint8_t* const base = static_cast<uint8_t*>(p.workspace);
+        float* const d = reinterpret_cast<float*>(base);
+        return {d, d + rows(p), reinterpret_cast<int*>(d + 2 * rows(p)), reinterpret_cast<float*>(base + accum_offset(p))};
     }
 };
 
@@ -85,9 +92,9 @@ struct QueryRow {
 };
 
 // What the backward's kernels take (every family's: this workspace, 16-byte rows for the
-// preprocess and convert kernels and mmabwd's copies), checked before a launch.
+// preprocess and convert kernels and mmabwd's copies), checked before a launch of `family`'s.
 template <class Config>
-inline bool supports(const BwdParams& p) {
+inline bool supports(const BwdParams& p, Family family) {
     const auto aligned = [](const void* ptr, const TensorStrides& s) {
         return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
     };
@@ -95,10 +102,10 @@ inline bool supports(const BwdParams& p) {
     // Packed: Q's and K's sides both, with their token counts (BwdParams).
     const bool packed_ok = !p.cu_seqlens_q == !p.cu_seqlens_kv && !p.cu_seqlens_q == (p.total_q <= 0) &&
                            (!p.cu_seqlens_q || p.total_kv > 0);
-    return heads_ok && packed_ok && p.head_dim == Config::head_dim && p.batch > 0 && bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv) &&
+    return heads_ok && packed_ok && head_dim_fits(family, Config::head_dim, p.head_dim) && p.batch > 0 && bwd_grid_fits(p.batch, p.heads_kv, p.seqlen_kv) &&
            p.seqlen_q > 0 && p.seqlen_kv > 0 && p.window.left >= 0 && p.window.right >= 0 && p.lse && p.workspace &&
            (p.dropout.p == 0.f || (p.dropout.p > 0.f && p.dropout.p < 1.f && p.dropout.seed_offset)) &&
-           p.workspace_bytes >= Workspace::bytes(p) && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
+           p.workspace_bytes >= Workspace::bytes(p, Config::head_dim) && aligned(p.q, p.q_strides) && aligned(p.k, p.k_strides) &&
            aligned(p.v, p.v_strides) && aligned(p.o, p.o_strides) && aligned(p.d_o, p.d_o_strides) &&
            aligned(p.dq, p.dq_strides) && aligned(p.dk, p.dk_strides) && aligned(p.dv, p.dv_strides);
 }
@@ -120,7 +127,7 @@ __global__ void preprocess_kernel(const BwdParams p) {
         float4* accum = reinterpret_cast<float4*>(ws.dq_accum + row * Config::head_dim + column);
         accum[0] = accum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
         valid = r.inside(p);
-        if (valid) {
+        if (valid && column < p.head_dim) {
             at = lse_index(p, r.batch, r.head, r.position);
             float o[8], d_o[8];
             unpack8<Numeric>(r.in(static_cast<const uint16_t*>(p.o), p.o_strides, p) + column, o);
@@ -154,7 +161,7 @@ __global__ void convert_kernel(const BwdParams p) {
     const QueryRow r = QueryRow::of(row, p);
     // Rows past a sequence's length: a padded batch's get the zeros they add up to (up to
     // seqlen_q); a packed batch's belong to the next sequence.
-    if (p.cu_seqlens_q ? !r.inside(p) : r.position >= p.seqlen_q) return;
+    if ((p.cu_seqlens_q ? !r.inside(p) : r.position >= p.seqlen_q) || column >= p.head_dim) return;
     *reinterpret_cast<uint4*>(r.in(static_cast<uint16_t*>(p.dq), p.dq_strides, p) + column) =
         pack8<Numeric>(values, p.scale);
 }

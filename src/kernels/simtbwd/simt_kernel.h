@@ -56,12 +56,12 @@ struct SimtTiles {
 };
 
 // Rows [row0, row0 + kRows) of a [rows, kHeadDim] tensor into shared memory rows of kRow
-// elements, zeros at or past `valid`.
+// elements, zeros at or past row `valid` and column `columns` (the problem's head_dim).
 template <class T, int kRows>
-__device__ inline void load_tile(uint16_t* tile, const uint16_t* base, int64_t row_stride, int row0, int valid) {
+__device__ inline void load_tile(uint16_t* tile, const uint16_t* base, int64_t row_stride, int row0, int valid, int columns) {
     for (int i = threadIdx.x; i < kRows * T::kHeadDim / 2; i += T::kThreads) {
         const int row = i / (T::kHeadDim / 2), column = i % (T::kHeadDim / 2) * 2;
-        const bool inside = row0 + row < valid;
+        const bool inside = row0 + row < valid && column < columns;
         *reinterpret_cast<uint32_t*>(tile + row * T::kRow + column) =
             inside ? *reinterpret_cast<const uint32_t*>(base + (row0 + row) * row_stride + column) : 0u;
     }
@@ -110,18 +110,18 @@ __global__ void __launch_bounds__(SimtTiles<Config>::kThreads) simt_kernel(const
 
     if (walk.steps > 0) {
         load_tile<T, T::kKeys>(s_k, static_cast<const uint16_t*>(p.k) + seq.kv_index * p.k_strides.batch + head_kv * p.k_strides.head,
-                               p.k_strides.row, key0, len_kv);
+                               p.k_strides.row, key0, len_kv, p.head_dim);
         load_tile<T, T::kKeys>(s_v, static_cast<const uint16_t*>(p.v) + seq.kv_index * p.v_strides.batch + head_kv * p.v_strides.head,
-                               p.v_strides.row, key0, len_kv);
+                               p.v_strides.row, key0, len_kv, p.head_dim);
     }
     for (int step = 0; step < walk.steps; ++step) {
         const auto st = walk.at(step, p);
         __syncthreads();  // the previous step is done with Q, dO, P_d and dS
         load_tile<T, T::kQueries>(s_q, static_cast<const uint16_t*>(p.q) + seq.q_index * p.q_strides.batch + st.head * p.q_strides.head,
-                                  p.q_strides.row, st.q0, len_q);
+                                  p.q_strides.row, st.q0, len_q, p.head_dim);
         load_tile<T, T::kQueries>(s_do, static_cast<const uint16_t*>(p.d_o) + seq.q_index * p.d_o_strides.batch +
                                             st.head * p.d_o_strides.head,
-                                  p.d_o_strides.row, st.q0, len_q);
+                                  p.d_o_strides.row, st.q0, len_q, p.head_dim);
         if (threadIdx.x < T::kQueries) {  // rows past the sequence: none of their elements is seen
             const bool inside = st.q0 + threadIdx.x < len_q;
             s_lse[threadIdx.x] = inside ? ws.lse_log2[st.rows + st.q0 + threadIdx.x] : 0.f;
@@ -195,6 +195,7 @@ __global__ void __launch_bounds__(SimtTiles<Config>::kThreads) simt_kernel(const
 #pragma unroll
     for (int m = 0; m < T::kPairs; ++m) {
         const int c = 2 * lane16 + 32 * m;
+        if (c >= p.head_dim) continue;
         *reinterpret_cast<uint32_t*>(dk_row + c) = pack2<Numeric>(dk[m][0] * p.scale, dk[m][1] * p.scale);
         *reinterpret_cast<uint32_t*>(dv_row + c) = pack2<Numeric>(dv[m][0], dv[m][1]);
     }
