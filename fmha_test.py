@@ -516,6 +516,11 @@ GPU_RUNS = {
     "causal_more_queries_than_keys": ["-b", "3", "-h", "4", "-s", "100", "-s-q", "333", "-d", "64", "-causal-mask"],
     "variable_lengths": ["-b", "7", "-h", "4", "-s", "300", "-min-s", "1", "-d", "128", "-causal-mask"],
     "long_decode": ["-b", "4", "-h", "8", "-gqa", "2", "-s", "16384", "-s-q", "1", "-d", "128"],
+    # the short-key grid's variants: one row at 9-16 keys (the wide range), 12 and 16 rows per KV
+    # head at 3-4 keys (the 4-key range in passes of 4; causal rows past the keys see none)
+    "short_keys_one_row_bf16": ["-b", "5000", "-h", "8", "-s", "13", "-s-q", "1", "-d", "128", "-bf16"],
+    "short_keys_12_rows_gqa": ["-b", "777", "-h", "32", "-gqa", "8", "-s", "3", "-s-q", "3", "-d", "128"],
+    "short_keys_16_rows_causal": ["-b", "999", "-h", "16", "-s", "4", "-s-q", "16", "-d", "64", "-causal-mask"],
 }
 # Runs that also ask for the log-sum-exps: each family, and each way the decode family merges
 # key splits (none, in shared memory, through the workspace and the combine kernel).
@@ -739,6 +744,11 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
     (["-b", "4096", "-h", "32", "-gqa", "4", "-s-q", "1", "-s", "4", "-d", "128"],
      r"few-keys \(up to 4\) variant \(4 query row\(s\) a pass\), 32768 work items of 8 lanes; keys not split$"),
     (SHAPES["gqa_s16"].fmha_args(), r"tensor-core variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys not split$"),
+    # one row per KV head up to 16 keys: the wide few-keys range; 12 rows at 3 keys: passes of 4
+    (["-b", "4096", "-h", "16", "-s-q", "1", "-s", "12", "-d", "64"],
+     r"few-keys \(up to 16\) variant \(1 query row\(s\) a pass\), 65536 work items of 16 lanes; keys not split$"),
+    (["-b", "1024", "-h", "32", "-gqa", "8", "-s-q", "3", "-s", "3", "-d", "128"],
+     r"few-keys \(up to 4\) variant \(4 query row\(s\) a pass\), 24576 work items of 8 lanes; keys not split$"),
     (SHAPES["long4k_paged16"].fmha_args(), r"tensor-core variant with run-time options \(8 query row\(s\) a pass\), .* merged in shared memory$"),
     (SHAPES["long4k"].fmha_args(),
      r"variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys split \d+ ways .*, \d+ merged in shared memory$"),

@@ -107,11 +107,6 @@ inline constexpr bool kUsesWarpMma = has_mma_sync(Config::arch) && GroupWidth ==
 // hold a row of up to 128 columns in two vectors a lane.
 template <class Config, int GroupWidth>
 inline constexpr bool kNarrowFewKeys = kUsesWarpMma<Config, GroupWidth> && Config::head_dim <= 128;
-// Query rows a pass of the tensor-core variant takes: two row tiles at head dims of 256 would
-// hold 128 accumulators a lane.
-template <class Config>
-inline constexpr int kMaxMmaRowTiles = Config::head_dim <= 128 ? 2 : 1;
-
 // Eight rows a pass of the long-keys variant take more than the 256 VGPRs of a lane; CDNA
 // keeps the rest in AGPRs, RDNA3 (AMD's wave32) has none and would spill to scratch: there more
 // rows take passes of four.
@@ -136,7 +131,7 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
     const bool options = has_run_time_options(p);
     // (The options variant keeps its few-keys variant at head dim 256: not measured there.)
     const Keys keys = key_variant(p.seqlen_kv, kFewKeyRange<Config, GroupWidth>, kNarrowFewKeys<Config, GroupWidth> && !options,
-                                  rows_per_kv_head(p), kUsesWarpMma<Config, GroupWidth> && !options);
+                                  rows_per_kv_head(p), kUsesWarpMma<Config, GroupWidth> && !options, Config::head_dim);
     if (options) {
         // One variant per key range instead of one per row count keeps the build time: more
         // rows than a pass holds take more passes. The few-keys variant serves two keys too.
@@ -152,8 +147,10 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         return fn(Traits<Config, GroupWidth, 4, Keys::two>{});
     }
     if (keys == Keys::few) {
-        // Beside warp MMAs the narrow ranges, one team per work item (decode/shape.h).
+        // Beside warp MMAs the narrow ranges, one team per work item, and one row past them
+        // (decode/shape.h).
         if constexpr (kNarrowFewKeys<Config, GroupWidth>) {
+            if (p.seqlen_kv > kMaxNarrowFewKeys) return fn(Traits<Config, GroupWidth, 1, Keys::few>{});
             if (narrow_few_range(p.seqlen_kv) == 4) return with_few_keys<Config, GroupWidth, 4>(rows, fn);
             return with_few_keys<Config, GroupWidth, kMaxNarrowFewKeys>(rows, fn);
         } else {
@@ -161,8 +158,7 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         }
     }
     if constexpr (kUsesWarpMma<Config, GroupWidth>) {
-        if (rows <= 8) return fn(MmaTraits<Config, 1>{});
-        return fn(MmaTraits<Config, kMaxMmaRowTiles<Config>>{});
+        return fn(MmaTraits<Config, 1>{});  // passes of 8 rows
     } else {
         if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::many>{});
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::many>{});

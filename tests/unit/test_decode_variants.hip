@@ -23,18 +23,22 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
     EXPECT_EQ(key_variant(9, 8), Keys::many);
     EXPECT_EQ(key_variant(3, 2), Keys::many);  // a group too narrow for a few-keys step
     // Plain launches beside warp MMAs: the narrow few-keys ranges up to 8 keys and 4 rows per
-    // KV head (8 rows at up to 4 keys, in passes of 4), the tensor-core loop past them; two keys
-    // keep theirs.
+    // KV head (at up to 4 keys more rows in passes of 4: 16 at d64, 12 at d128), the wide range
+    // for one row up to its 16 keys, the tensor-core loop past them; two keys keep theirs.
     EXPECT_EQ(key_variant(2, 16, true), Keys::two);
     EXPECT_EQ(key_variant(2, 16, true, 16), Keys::two);
     EXPECT_EQ(key_variant(3, 16, true), Keys::few);
     EXPECT_EQ(key_variant(8, 16, true, 4), Keys::few);
     EXPECT_EQ(key_variant(4, 16, true, 8), Keys::few);   // two passes of 4 rows
-    EXPECT_EQ(key_variant(4, 16, true, 9), Keys::many);
+    EXPECT_EQ(key_variant(4, 16, true, 12, false, 128), Keys::few);
+    EXPECT_EQ(key_variant(4, 16, true, 13, false, 128), Keys::many);
+    EXPECT_EQ(key_variant(3, 16, true, 16, false, 64), Keys::few);  // four passes of 4 rows
     EXPECT_EQ(key_variant(5, 16, true, 5), Keys::many);  // 5+ rows at 5+ keys: one read of K/V on tensor cores
     EXPECT_EQ(key_variant(8, 16, true, 8), Keys::many);
-    EXPECT_EQ(key_variant(9, 16, true), Keys::many);
-    EXPECT_EQ(key_variant(16, 16, true), Keys::many);
+    EXPECT_EQ(key_variant(9, 16, true), Keys::few);      // one row: the wide range
+    EXPECT_EQ(key_variant(16, 16, true), Keys::few);
+    EXPECT_EQ(key_variant(17, 16, true), Keys::many);
+    EXPECT_EQ(key_variant(9, 16, true, 2), Keys::many);
     EXPECT_EQ(narrow_few_range(3), 4);
     EXPECT_EQ(narrow_few_range(4), 4);
     EXPECT_EQ(narrow_few_range(5), 8);

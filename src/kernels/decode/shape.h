@@ -24,12 +24,17 @@ inline constexpr int kMaxFewKeys = 16;
 // Beside warp MMAs (where the loop runs on tensor cores) the few-keys variant comes in two narrow
 // ranges, 4 and 8 keys (narrow_few_range()), each a team of lanes per work item, so that a warp
 // holds the loads of 2 to 8 work items at once; it takes up to 8 keys and 4 query rows per KV
-// head, and up to 8 rows (two passes of 4) at up to 4 keys. Past them the tensor-core variant:
-// 16 keys, or more rows (one read of K/V where the few-keys variant would take several passes;
-// 8 rows at 8 keys measured faster on it, docs/decisions.md).
+// head, and at up to 4 keys more rows in passes of 4 (narrow_rows_at_four_keys()). Past them
+// the tensor-core variant: 16 keys, or more rows (one read of K/V where the few-keys variant
+// would take several passes; 8 rows at 8 keys measured faster on it), except one row per KV
+// head at up to the wide range's 16 keys, which the wide few-keys variant takes: a warp's
+// step of the loop holds one row's few keys, where a wide team holds two work items
+// (docs/decisions.md, "The short-key grid on an H200").
 inline constexpr int kMaxNarrowFewKeys = 8;
 inline constexpr int kMaxNarrowFewRows = 4;
-inline constexpr int kMaxNarrowFewRowsAtFourKeys = 8;
+// Rows per KV head the 4-key range takes in passes of 4: each pass re-reads its few keys from L2,
+// cheaper than the loop's 8-row passes up to 16 rows at d64 and 12 at d128 (measured).
+constexpr int narrow_rows_at_four_keys(int head_dim) { return head_dim <= 64 ? 16 : 12; }
 // The 8-key range computes kMinNarrowSlots to 8 key slots a lane, by the launch's seqlen_kv (the
 // slots past it hold no key of any item): one straight-line copy of the step per slot count, one
 // branch a launch, where 5 keys computed all 8 slots (docs/decisions.md).
@@ -49,12 +54,14 @@ inline constexpr int kMinLoopRowsFromSixKeys = 4;
 // The heuristic's choice of key variant for seqlen_kv keys and `rows` query rows per KV head,
 // where the `few` variant takes up to few_range keys. Two keys keep the `two` variant (one key
 // per lane slice, several work items a wave); past few_range, the loop. Where the loop runs on
-// warp MMAs (tensor_cores), the narrow few-keys ranges instead; where it does without them
-// (tensor_loop), the loop takes many rows from 3 keys.
-constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = false, int rows = 1, bool tensor_loop = false) {
+// warp MMAs (tensor_cores), the narrow few-keys ranges instead, and the wide one for one row;
+// where it does without them (tensor_loop), the loop takes many rows from 3 keys.
+constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = false, int rows = 1, bool tensor_loop = false,
+                           int head_dim = 128) {
     return seqlen_kv <= kShortKeyRange ? Keys::two
            : tensor_cores ? ((seqlen_kv <= kMaxNarrowFewKeys && rows <= kMaxNarrowFewRows) ||
-                                     (narrow_few_range(seqlen_kv) == 4 && rows <= kMaxNarrowFewRowsAtFourKeys)
+                                     (narrow_few_range(seqlen_kv) == 4 && rows <= narrow_rows_at_four_keys(head_dim)) ||
+                                     (seqlen_kv <= few_range && rows == 1)
                                  ? Keys::few
                                  : Keys::many)
            : tensor_loop && (rows >= kMinLoopRows || (rows >= kMinLoopRowsFromSixKeys && seqlen_kv >= 6)) ? Keys::many
