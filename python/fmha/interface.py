@@ -1,5 +1,7 @@
 """FlashAttention's Python API over the catalogue: tensors [batch, seqlen, heads, head_dim],
 GQA/MQA from the head counts, causal masks bottom-right aligned, LSE in natural log."""
+import weakref
+
 import torch
 
 from . import _append, _catalogue, _checks, _dropout, _fastpath, _varlen, backends
@@ -49,14 +51,38 @@ def _host_checks_allowed(t):
     return not torch.compiler.is_compiling() and not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
+# The values of cu_seqlens tensors a host check has read, by tensor (id, held weakly) and the
+# version counter PyTorch bumps at every in-place write: a serving step passes one cu_seqlens to
+# every layer, and each would otherwise copy to the host and wait for the device, idling it for
+# the host's next call (docs/python.md).
+_read_cu_seqlens = {}
+
+
+def _cu_seqlens_values(tensors):
+    """(first, last, shortest step, longest step) of each tensor: the ones read before at the same
+    version from the cache, the others with one device-to-host copy for all."""
+    def cached(cu):
+        entry = _read_cu_seqlens.get(id(cu))
+        return entry[2] if entry is not None and entry[0]() is cu and entry[1] == cu._version else None
+
+    unread = list({id(cu): cu for cu in tensors if cached(cu) is None}.values())
+    if unread:
+        values = torch.stack([torch.stack([cu[0], cu[-1], (cu[1:] - cu[:-1]).min(), (cu[1:] - cu[:-1]).max()])
+                              for cu in unread]).tolist()
+        if len(_read_cu_seqlens) > 256:  # tensors of past steps
+            _read_cu_seqlens.clear()
+        for cu, read in zip(unread, values):
+            _read_cu_seqlens[id(cu)] = (weakref.ref(cu), cu._version, tuple(read))
+    return [cached(cu) for cu in tensors]
+
+
 def _check_cu_seqlens(*checks):
-    """Values too, of each (name, cu_seqlens, total, max_seqlen): one device-to-host copy for all
-    (a copy waits for the device: a training step pays it once), skipped while a CUDA graph is
-    captured or compiled. total: the token count it must end at (None: any, as for keys in pages)."""
+    """Values too, of each (name, cu_seqlens, total, max_seqlen), as _cu_seqlens_values() reads
+    them; skipped while a CUDA graph is captured or compiled. total: the token count it must end
+    at (None: any, as for keys in pages)."""
     if not all(_host_checks_allowed(check[1]) for check in checks):
         return
-    values = torch.stack([torch.stack([cu[0], cu[-1], (cu[1:] - cu[:-1]).min(), (cu[1:] - cu[:-1]).max()])
-                          for _, cu, _, _ in checks]).tolist()
+    values = _cu_seqlens_values([cu for _, cu, _, _ in checks])
     for (name, _, total, max_seqlen), (first, last, shortest, longest) in zip(checks, values):
         if first != 0 or (total is not None and last != total) or shortest < 0 or longest > max_seqlen:
             end = "" if total is None else f" to the token count {total}"
@@ -113,7 +139,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     dropout_p = _checks.dropout(dropout_p)
     softcap = _checks.softcap(softcap)
     _checks.alibi_slopes(alibi_slopes, batch, q.shape[1], q.device)
-    seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]  # the keys' lengths where they are pages, or padded
+    seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]) if paged else None  # the keys' lengths in pages
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     compiling = torch.compiler.is_compiling()
     if (needs_grad or compiling) and _varlen.serves(paged, dropout_p, q):
@@ -128,7 +154,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if launch is not None:
             seed_offset = _dropout.seed_offset(q.device) if dropout_p > 0 else None
             out, lse = _catalogue.forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                                 seqlens_k if paged else None, return_lse, alibi_slopes, block_table,
+                                                 seqlens_k, return_lse, alibi_slopes, block_table,
                                                  seed_offset)
             return (out, lse) if return_lse else out
         if paged:
@@ -137,6 +163,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if paged:
         k_padded, v_padded = (_gathered_pages(t, block_table, max_seqlen_k) for t in (k, v))
     else:
+        seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
         k_padded, v_padded = (_varlen.padded(t, cu_seqlens_k, max_seqlen_k) for t in (k, v))
     out, lse = attention(_varlen.padded(q, cu_seqlens_q, max_seqlen_q), k_padded, v_padded, seqlens_q, seqlens_k, scale,
                          left, right, dropout_p, return_lse, strict, softcap, alibi_slopes, deterministic)

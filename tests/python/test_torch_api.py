@@ -175,6 +175,22 @@ def test_torch_bad_cu_seqlens_raise():
 
 
 @needs_torch
+def test_torch_cu_seqlens_written_in_place_are_checked_again():
+    # A check's reading of cu_seqlens is kept per tensor and version (a serving step's layers pass
+    # one tensor): writing it in place must make the next call read it again.
+    api = _api()
+    q = torch.randn(10, 2, 64)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    api.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8)
+    cu[1] = 1  # steps 1 and 9
+    with pytest.raises(ValueError, match="steps 1 to 9"):
+        api.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8)
+    cu.copy_(torch.tensor([0, 6, 10], dtype=torch.int32))
+    out = api.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8)
+    assert torch.isfinite(out).all()
+
+
+@needs_torch
 def test_torch_kvcache_rejects_what_it_does_not_support():
     api = _api()
     q, cache = torch.zeros(2, 1, 4, 64), torch.zeros(2, 16, 4, 64)
