@@ -235,17 +235,19 @@ def _launch(prepared, tensors, workspace, stream):
 
 
 def forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, return_lse, alibi_slopes=None,
-                   block_table=None, dropout_seed_offset=None):
+                   block_table=None, dropout_seed_offset=None, kept=False):
     """(out [total_q, h, d], LSE [h, total_q] fp32 or None) of packed tokens by a launch of
     prepare(..., packed=...): the tensors read in place, no gather or scatter. With block_table,
-    k and v are pages, not packed: the keys' lengths are seqused_k. dropout_seed_offset: as
-    forward()'s."""
+    k and v are pages, not packed: the keys' lengths are seqused_k. dropout_seed_offset, kept:
+    as forward()'s (None where a kept launch meets a pointer it cannot take)."""
     prepared, strides = launch
+    if kept and (q.data_ptr() | k.data_ptr() | v.data_ptr()) & prepared.pointer_mask:
+        return None
     total_q, heads, head_dim = q.shape
     out = torch.empty((total_q, heads, head_dim), dtype=q.dtype, device=prepared.device)
     lse = torch.empty((heads, total_q), dtype=torch.float32, device=prepared.device) if return_lse else None
     stream = _raw_stream(prepared.device_index)
-    workspace = _workspace(prepared.workspace_bytes, prepared, stream, False) if prepared.workspace_bytes else (0, None, None)
+    workspace = _workspace(prepared.workspace_bytes, prepared, stream, kept) if prepared.workspace_bytes else (0, None, None)
     tensors = _library.TENSORS.pack(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *strides,
         0, seqused_k.data_ptr() if seqused_k is not None else 0, lse.data_ptr() if lse is not None else 0,

@@ -34,12 +34,12 @@ def _key(function, tensors, arguments):
     return tuple(key)
 
 
-def run(function, tensors, arguments, seqlens_kv, return_lse, alibi_slopes=None, block_table=None):
-    """(key, (out, LSE or None)) by the launch kept for a call like an earlier one, or (key,
-    None) where the caller runs the full path (then keep(key, ...)). function: the public
-    function's name; tensors: q, k, v, then the others the call has (lengths, options; None where
-    not given); arguments: its non-tensor arguments, the window pair last; key: None under
-    torch.compile, which traces the full path, or where the call has none."""
+def kept(function, tensors, arguments):
+    """(key, the launch kept for a call like an earlier one), or (key, None) where the caller runs
+    the full path (then keep(key, ...) or remember(key, ...)). function: the public function's
+    name; tensors: q, k, v, then the others the call has (lengths, options; None where not given);
+    arguments: its non-tensor arguments, the window pair last; key: None under torch.compile,
+    which traces the full path, or where the call has none. Calls under autograd get no launch."""
     if torch.compiler.is_compiling():
         return None, None
     key = _key(function, tensors, arguments)
@@ -47,11 +47,19 @@ def run(function, tensors, arguments, seqlens_kv, return_lse, alibi_slopes=None,
         launch = _launches.get(key)
     except TypeError:  # an unhashable argument
         return None, None
+    q, k, v = tensors[0], tensors[1], tensors[2]
+    if launch is not None and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return key, None
+    return key, launch
+
+
+def run(function, tensors, arguments, seqlens_kv, return_lse, alibi_slopes=None, block_table=None):
+    """(key, (out, LSE or None)) by the launch kept for a call like an earlier one (kept()), or
+    (key, None) where the caller runs the full path."""
+    key, launch = kept(function, tensors, arguments)
     if launch is None:
         return key, None
     q, k, v = tensors[0], tensors[1], tensors[2]
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return key, None
     # seqlens_kv as it is: only contiguous lengths are kept (keep()), and the key holds their strides.
     # None where a data pointer is not 16-byte aligned: the full path then falls back.
     return key, _catalogue.forward(launch, q, k, v, None, seqlens_kv, return_lse, True,  # kept=True
@@ -69,7 +77,12 @@ def keep(key, q, k, v, seqlens_q, scale, left, right, dropout_p, seqlens_kv=None
         return  # (a dropout call draws its seed and offset: fmha._ops)
     launch, _ = _catalogue.prepare(q, k, v, seqlens_q, scale, left, right, dropout_p, softcap=softcap,
                                    alibi_slopes=alibi_slopes, paged=paged)
-    if launch is not None:
+    remember(key, launch)
+
+
+def remember(key, launch):
+    """Keeps a launch the full path prepared for a call whose checks passed (None: nothing)."""
+    if key is not None and launch is not None:
         if len(_launches) >= _MAX_CALLS:  # e.g. a growing KV cache: a new shape every step
             _launches.clear()
         _launches[key] = launch

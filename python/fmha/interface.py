@@ -115,6 +115,18 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """
     deterministic = _checks.deterministic(deterministic)
     paged = block_table is not None
+    # A call like an earlier one (shapes, strides, arguments) reuses its launch; cu_seqlens' values
+    # are checked still (as read per tensor version).
+    key, launch = (None, None) if paged else _fastpath.kept(
+        "flash_attn_varlen_func", (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes),
+        (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, softcap, window_size))
+    if launch is not None:
+        _check_cu_seqlens(("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
+                          ("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k))
+        result = _catalogue.forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, None, return_lse, alibi_slopes,
+                                           kept=True)
+        if result is not None:
+            return result if return_lse else result[0]
     layout = "[total_tokens, heads, head_dim]"
     if paged:
         _checks.paged_qkv(q, k, v, rank=3, layout=layout)
@@ -156,6 +168,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             out, lse = _catalogue.forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k,
                                                  seqlens_k, return_lse, alibi_slopes, block_table,
                                                  seed_offset)
+            if dropout_p == 0:  # (a dropout call draws its seed and offset)
+                _fastpath.remember(key, launch)
             return (out, lse) if return_lse else out
         if paged:
             backends.fall_back(why_not, strict, "gathering the pages into a contiguous copy")

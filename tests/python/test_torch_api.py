@@ -634,6 +634,25 @@ def test_torch_repeated_calls_check_what_can_change():
     assert not kept(2)
 
 
+
+@needs_cuda
+def test_torch_repeated_packed_calls_read_new_tokens_and_lengths():
+    """A packed call like an earlier one reuses its launch: new tokens and new cu_seqlens of the
+    same shape give their own results, and bad values in a new cu_seqlens still raise."""
+    api = _api()
+    from fmha import _fastpath
+    heads, heads_kv, head_dim = 8, 2, 128
+    for lengths in ([5, 1, 37, 64], [64, 37, 1, 5], [40, 40, 0, 27]):  # 107 tokens each time
+        cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).int()
+        q = _random(107, heads, head_dim)
+        k, v = (_random(107, heads_kv, head_dim) for _ in range(2))
+        out, lse = api.flash_attn_varlen_func(q, k, v, cu, cu, 64, 64, causal=True, return_lse=True, strict=True)
+        _check_varlen(out, lse, q, k, v, cu, cu, True)
+    assert any(key[0] == "flash_attn_varlen_func" for key in _fastpath._launches)
+    bad = torch.tensor([0, 70, 70, 100, 107], dtype=torch.int32, device="cuda")  # a step of 70 > 64
+    with pytest.raises(ValueError, match="steps 0 to 70"):
+        api.flash_attn_varlen_func(q, k, v, bad, bad, 64, 64, causal=True)
+
 def _decode_calls_by_workspace():
     """Decode steps (q, k, v) whose launches need a workspace (split keys), smallest first, and
     those sizes in bytes: at least two different ones."""
