@@ -60,20 +60,29 @@ _read_cu_seqlens = {}
 
 def _cu_seqlens_values(tensors):
     """(first, last, shortest step, longest step) of each tensor: the ones read before at the same
-    version from the cache, the others with one device-to-host copy for all."""
+    version from the cache, the others with one device-to-host copy for all. Inference tensors
+    (made under torch.inference_mode) keep no version counter: they are read at every call."""
+    def version(cu):
+        return None if cu.is_inference() else cu._version
+
     def cached(cu):
         entry = _read_cu_seqlens.get(id(cu))
-        return entry[2] if entry is not None and entry[0]() is cu and entry[1] == cu._version else None
+        if entry is None or entry[0]() is not cu or version(cu) is None or entry[1] != version(cu):
+            return None
+        return entry[2]
 
     unread = list({id(cu): cu for cu in tensors if cached(cu) is None}.values())
+    read = {}
     if unread:
         values = torch.stack([torch.stack([cu[0], cu[-1], (cu[1:] - cu[:-1]).min(), (cu[1:] - cu[:-1]).max()])
                               for cu in unread]).tolist()
         if len(_read_cu_seqlens) > 256:  # tensors of past steps
             _read_cu_seqlens.clear()
-        for cu, read in zip(unread, values):
-            _read_cu_seqlens[id(cu)] = (weakref.ref(cu), cu._version, tuple(read))
-    return [cached(cu) for cu in tensors]
+        for cu, values_of_cu in zip(unread, values):
+            read[id(cu)] = tuple(values_of_cu)
+            if version(cu) is not None:
+                _read_cu_seqlens[id(cu)] = (weakref.ref(cu), version(cu), read[id(cu)])
+    return [read.get(id(cu)) or cached(cu) for cu in tensors]
 
 
 def _check_cu_seqlens(*checks):

@@ -188,6 +188,12 @@ def test_torch_cu_seqlens_written_in_place_are_checked_again():
     cu.copy_(torch.tensor([0, 6, 10], dtype=torch.int32))
     out = api.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8)
     assert torch.isfinite(out).all()
+    with torch.inference_mode():  # inference tensors keep no version: read at every call
+        cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+        api.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8)
+        cu[1] = 1
+        with pytest.raises(ValueError, match="steps 1 to 9"):
+            api.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8)
 
 
 @needs_torch
