@@ -521,6 +521,7 @@ GPU_RUNS = {
     "short_keys_one_row_bf16": ["-b", "5000", "-h", "8", "-s", "13", "-s-q", "1", "-d", "128", "-bf16"],
     "short_keys_12_rows_gqa": ["-b", "777", "-h", "32", "-gqa", "8", "-s", "3", "-s-q", "3", "-d", "128"],
     "short_keys_16_rows_causal": ["-b", "999", "-h", "16", "-s", "4", "-s-q", "16", "-d", "64", "-causal-mask"],
+    "short_keys_d256_6_rows_loop": ["-b", "3000", "-h", "16", "-s", "4", "-s-q", "6", "-d", "256", "-causal-mask", "-bf16"],
 }
 # Runs that also ask for the log-sum-exps: each family, and each way the decode family merges
 # key splits (none, in shared memory, through the workspace and the combine kernel).

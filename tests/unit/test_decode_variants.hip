@@ -47,11 +47,16 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
 
 TEST(DecodeVariants, HeadDim256TakesManyRowsOnTheTensorCoreLoop) {
     // key_variant(keys, few_range, narrow ranges, rows, tensor-core loop): the wide few-keys
-    // variant keeps few rows; 8 rows from 3 keys, 4 from 6, go to the loop.
+    // variant keeps few rows; 5 rows from 3 keys, 3 from 6, go to the loop.
     EXPECT_EQ(key_variant(2, 8, false, 16, true), Keys::two);
     EXPECT_EQ(key_variant(3, 8, false, 2, true), Keys::few);
+    EXPECT_EQ(key_variant(8, 8, false, 2, true), Keys::few);
     EXPECT_EQ(key_variant(5, 8, false, 4, true), Keys::few);
+    EXPECT_EQ(key_variant(5, 8, false, 3, true), Keys::few);
+    EXPECT_EQ(key_variant(6, 8, false, 3, true), Keys::many);
     EXPECT_EQ(key_variant(6, 8, false, 4, true), Keys::many);
+    EXPECT_EQ(key_variant(3, 8, false, 4, true), Keys::few);
+    EXPECT_EQ(key_variant(3, 8, false, 5, true), Keys::many);
     EXPECT_EQ(key_variant(3, 8, false, 8, true), Keys::many);
     EXPECT_EQ(key_variant(3, 8, false, 8, false), Keys::few);  // no tensor-core loop (AMD)
 }

@@ -45,11 +45,12 @@ inline constexpr int kMinNarrowSlots = 5;
 constexpr int narrow_few_range(int seqlen_kv) { return seqlen_kv <= 4 ? 4 : kMaxNarrowFewKeys; }
 
 // Where the loop runs on warp MMAs but the narrow ranges do not (head dim 256), the wide
-// few-keys variant keeps few rows per KV head: it reads a row's keys once per row, where the
-// tensor-core loop's one step reads them once for all rows, faster from 8 rows at 3 keys and
-// from 4 rows at 6 (docs/decisions.md, "Tenth session").
-inline constexpr int kMinLoopRows = 8;
-inline constexpr int kMinLoopRowsFromSixKeys = 4;
+// few-keys variant keeps few rows per KV head: it reads a row's keys once per row (more than 4
+// rows in passes of 4), where the tensor-core loop's one step reads them once for up to 8 rows,
+// faster from 5 rows at 3 keys and from 3 rows at 6 (docs/decisions.md, "Tenth session", and
+// "The short-key grid on an H200").
+inline constexpr int kMinLoopRows = 5;
+inline constexpr int kMinLoopRowsFromSixKeys = 3;
 
 // The heuristic's choice of key variant for seqlen_kv keys and `rows` query rows per KV head,
 // where the `few` variant takes up to few_range keys. Two keys keep the `two` variant (one key
