@@ -85,10 +85,12 @@ def _cu_seqlens_values(tensors):
     return [read.get(id(cu)) or cached(cu) for cu in tensors]
 
 
-def _check_cu_seqlens(*checks):
-    """Values too, of each (name, cu_seqlens, total, max_seqlen), as _cu_seqlens_values() reads
-    them; skipped while a CUDA graph is captured or compiled. total: the token count it must end
-    at (None: any, as for keys in pages)."""
+def _check_cu_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, paged):
+    """The values of both cu_seqlens, as _cu_seqlens_values() reads them: each rises from 0 to
+    its tensor's token count (the keys' to any, where they are pages) in steps of at most its
+    max_seqlen. Skipped while a CUDA graph is captured or compiled."""
+    checks = (("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
+              ("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], max_seqlen_k))
     if not all(_host_checks_allowed(check[1]) for check in checks):
         return
     values = _cu_seqlens_values([cu for _, cu, _, _ in checks])
@@ -130,8 +132,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         "flash_attn_varlen_func", (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes),
         (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, softcap, window_size))
     if launch is not None:
-        _check_cu_seqlens(("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
-                          ("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k))
+        _check_cu_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, paged)
         result = _catalogue.forward_packed(launch, q, k, v, cu_seqlens_q, cu_seqlens_k, None, return_lse, alibi_slopes,
                                            kept=True)
         if result is not None:
@@ -153,8 +154,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if max_seqlen_k > _paged_capacity(k, block_table):
             raise ValueError(f"max_seqlen_k ({max_seqlen_k}) must be at most what block_table reaches: "
                              f"{block_table.shape[1]} blocks of {k.shape[1]} keys")
-    _check_cu_seqlens(("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q),
-                      ("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0], max_seqlen_k))
+    _check_cu_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, paged)
     scale = _checks.softmax_scale(softmax_scale, q.shape[-1])
     left, right = _checks.window(window_size, causal)
     dropout_p = _checks.dropout(dropout_p)

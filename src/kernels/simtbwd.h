@@ -35,7 +35,7 @@ hipError_t launch(const BwdParams& p, hipStream_t stream) {
         const unsigned blocks = unsigned(KeyTile::count(p, T::kKeys));
         if (has_scoring_options(p)) simt_kernel<Config, true><<<blocks, T::kThreads, T::kSharedBytes, stream>>>(p);
         else simt_kernel<Config, false><<<blocks, T::kThreads, T::kSharedBytes, stream>>>(p);
-        return hipSuccess;
+        return hipGetLastError();
     });
 }
 
