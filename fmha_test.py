@@ -560,6 +560,9 @@ SERVING_RUNS = {
                           "-paged-kv", "-page-size", "32", "-alibi", "-softcapping-scale-bmm1", "10"],
     "paged16_chunked_prefill_gqa": ["-b", "3", "-h", "16", "-gqa", "4", "-s", "3000", "-s-q", "512", "-min-s", "700",
                                     "-d", "128", "-causal-mask", "-paged-kv", "-page-size", "16"],
+    # Every tile copied from pages of 16 (the d128 kernel), zeros past a smaller head_dim.
+    "paged16_chunked_prefill_d96_bf16": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "1500", "-s-q", "600", "-min-s", "400",
+                                         "-d", "96", "-causal-mask", "-paged-kv", "-page-size", "16", "-bf16"],
     "paged256_chunked_prefill_d64_bf16": ["-b", "2", "-h", "8", "-s", "2100", "-s-q", "700", "-d", "64", "-causal-mask",
                                           "-paged-kv", "-page-size", "256", "-bf16"],
     "paged32_prefill_window": ["-b", "3", "-h", "4", "-gqa", "2", "-s", "999", "-min-s", "1", "-d", "128",

@@ -133,7 +133,7 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
             if (p.block_table) {  // maps of the caches' pages, {head_dim, page_size, heads, pages} (paged_tiles.h)
                 // The pool's page count is not a parameter: the block table's entries name the pages read.
                 constexpr int kPagesBound = INT32_MAX;
-                const int rows = PagedTiles<T::kBlockKeys, T::kHeadDim>::box_rows(p.page_size);
+                const int rows = T::Pages::box_rows(p.page_size);
                 if (!copies_fit(p.k, p.k_strides, p.page_size, p.heads_kv, false) ||
                     !copies_fit(p.v, p.v_strides, p.page_size, p.heads_kv, false) ||
                     !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, kPagesBound, p.heads_kv, p.page_size, p.head_dim, rows, 1) ||
@@ -166,10 +166,11 @@ std::string describe(const FwdParams& p) {
                std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) +
                "-stage shared-memory ring" + describe_order(t) +
                (T::kServing ? "; the kernel with the serving options (packed batches, paged KV, softcapping, ALiBi, dropout)" : "") +
-               (p.block_table ? "; K/V tiles on a grid of pages: TMA boxes of " +
-                                    std::to_string(PagedTiles<T::kBlockKeys, T::kHeadDim>::box_rows(p.page_size)) +
-                                    " keys, a sequence's last tile copied from pages by the producer warpgroup"
-                              : "") +
+               (!p.block_table ? ""
+                : p.page_size <= T::kShape.copied_pages
+                    ? "; K/V tiles on a grid of pages, each copied from pages by the producer warpgroup"
+                    : "; K/V tiles on a grid of pages: TMA boxes of " + std::to_string(T::Pages::box_rows(p.page_size)) +
+                          " keys, a sequence's last tile copied from pages by the producer warpgroup") +
                (element_rows(p.head_dim) ? "; element rows (head_dim " + std::to_string(p.head_dim) +
                                                " is not a multiple of 8): the producer warpgroup copies K and V, each consumer its Q rows, element by element"
                                          : "");

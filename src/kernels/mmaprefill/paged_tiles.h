@@ -5,7 +5,8 @@
 // Paged launches walk key tiles on a grid of kBlockKeys from key 0 (TileWork::tiles_end), so
 // that a tile is whole pages, or part of one: a tile whose keys are all in the sequence comes by
 // TMA, one box of gcd(page_size, kBlockKeys) rows per page part, from a map of the cache's pages. The tile
-// that reaches past the sequence's keys the producer warpgroup copies itself (cp.async), each
+// that reaches past the sequence's keys, and every tile of pages too small for boxes to keep up
+// (TileShape::copied_pages), the producer warpgroup copies itself (cp.async), each
 // row found through the block table, into the swizzled layout a box would have, and zeros past
 // the sequence (the cache holds whatever there, and P.V would take NaN in V through a masked
 // key's zero). A tile's full barrier counts one arrival per producer thread either way; a copy's
@@ -29,13 +30,11 @@
 namespace fmha {
 namespace mmaprefill {
 
-template <int kBlockKeys, int kHeadDim>
+template <int kBlockKeys, int kHeadDim, bool kCopiesTiles>
 struct PagedTiles {
     static constexpr int kThreads = wgmma::kThreads;  // the producer warpgroup
     static constexpr int kAtoms = (kHeadDim + wgmma::kAtomColumns - 1) / wgmma::kAtomColumns;
     static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
-    static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-    static_assert(kThreads % kChunksPerRow == 0 && kBlockKeys % kRowsPerPass == 0, "whole rows per pass, whole passes per tile");
 
     // Rows per box: the largest power of two dividing both (page sizes are powers of two).
     __host__ __device__ static int box_rows(int page_size) { return min(page_size, kBlockKeys & -kBlockKeys); }
@@ -59,31 +58,56 @@ struct PagedTiles {
                                 atom * wgmma::kAtomColumns, key & (page_size - 1), head, page, full);
     }
 
+    // Chunks of a row one thread copies from one address, kChunksPerRow / run threads apart (a
+    // warp's copy instruction reads whole spans of rows). A producer that copies whole tiles of
+    // small pages (kCopiesTiles) copies 4 where whole passes of rows still fill the tile, else 2,
+    // its passes unrolled: one chunk a row, one row at a time, was bound by the loop's own chain
+    // of address arithmetic (docs/mmaprefill.md, "Paged KV"). Otherwise (a sequence's last tile;
+    // element rows, whose chunks pass through registers) 1, a pass at a time, in fewer registers.
+    __host__ __device__ static constexpr bool whole_passes(int run) {
+        return kChunksPerRow % run == 0 && kThreads % (kChunksPerRow / run) == 0 &&
+               kBlockKeys % (kThreads / (kChunksPerRow / run)) == 0;
+    }
+    __host__ __device__ static constexpr bool fast(bool elements) { return kCopiesTiles && !elements; }
+    __host__ __device__ static constexpr int run(bool elements) { return !fast(elements) ? 1 : whole_passes(4) ? 4 : whole_passes(2) ? 2 : 1; }
+    static_assert(whole_passes(1), "whole rows per pass, whole passes per tile");
+
     // The same keys of a K or V tensor copied row by row, keys from `end` on as zeros; `pages`
     // places the rows (StepPages: pages of the cache, s.batch between them; or, without a block
-    // table, the sequence's rows a stride apart). Neighbouring threads copy one row's chunks, so
-    // that a warp's copy reads whole rows; a thread keeps its chunk for every row it copies.
+    // table, the sequence's rows a stride apart). Each lane holds one of the tile's pages (a tile
+    // spans at most kBlockKeys / 16 + 1), each row takes its own by a shuffle.
     // Vector rows: cp.async, the barrier `full` taking this thread's arrival once its copies have
-    // landed; in few registers, offsets inside a page in 32 bits (the launcher checks that they
-    // fit). kElements: element rows through registers, then a plain arrival.
+    // landed; offsets inside a page in 32 bits (the launcher checks that they fit). kElements:
+    // element rows through registers, then a plain arrival.
     template <bool kElements>
     __device__ static void copy(uint32_t full, uint32_t destination, const void* tensor, const TensorStrides s,
                                 const int* block_table, StepPages pages, int head, int k0, int end, int head_dim) {
-        const int thread = threadIdx.x % kThreads, chunk = thread % kChunksPerRow;
-        const int bytes = min(max(2 * head_dim - 16 * chunk, 0), 16);  // columns past a smaller head_dim: zeros
-        const int column = head * int(s.head) + 8 * chunk;               // inside a page
-        // 16-byte chunk c of row r: swizzle atom c / 8, its 16-byte column (c % 8) ^ (r % 8).
-        const uint32_t atom = destination + chunk / 8 * kBlockKeys * wgmma::kRowBytes;
-#pragma unroll 1
-        for (int row = thread / kChunksPerRow; row < kBlockKeys; row += kRowsPerPass) {
-            const int key = k0 + row, inside = min(key, end - 1);
-            const uint32_t to = atom + row * wgmma::kRowBytes + ((chunk ^ row) % 8) * 16;
-            const uint16_t* from = static_cast<const uint16_t*>(tensor) + int64_t(pages.page_of(block_table, inside)) * int(s.batch) +
-                                   (column + (inside & int((1u << pages.shift) - 1u)) * int(s.row));
-            if constexpr (kElements)
-                hopper::store_shared_16(to, load_chunk_elements(from, key < end ? head_dim - 8 * chunk : 0));
-            else
-                copy_async_prefix(to, from, key < end ? bytes : 0);
+        constexpr int kRun = run(kElements), kThreadsPerRow = kChunksPerRow / kRun;
+        constexpr int kRowsPerPass = kThreads / kThreadsPerRow, kAtomBytes = kBlockKeys * wgmma::kRowBytes;
+        const int thread = threadIdx.x % kThreads, first = thread % kThreadsPerRow;  // chunks first + kThreadsPerRow * j
+        const int first_page = k0 >> pages.shift;
+        const int page = block_table ? block_table[pages.entry + min(first_page + threadIdx.x % 32, (end - 1) >> pages.shift)]
+                                     : pages.entry;
+        const int column = head * int(s.head) + 8 * first, in_page = int((1u << pages.shift) - 1u);  // inside a page
+        constexpr int kUnroll = fast(kElements) ? kBlockKeys / kRowsPerPass : 1;
+#pragma unroll kUnroll
+        for (int pass = 0; pass < kBlockKeys / kRowsPerPass; ++pass) {
+            const int row = thread / kThreadsPerRow + pass * kRowsPerPass, key = k0 + row, inside = min(key, end - 1);
+            const int row_page = __shfl_sync(0xffffffffu, page, (inside >> pages.shift) - first_page);
+            const uint16_t* from = static_cast<const uint16_t*>(tensor) + int64_t(row_page) * int(s.batch) +
+                                   (column + (inside & in_page) * int(s.row));
+            // 16-byte chunk c of row r: swizzle atom c / 8, its 16-byte column (c % 8) ^ (r % 8).
+            const uint32_t to = destination + first / 8 * kAtomBytes + row * wgmma::kRowBytes + ((first ^ row) % 8) * 16;
+            const int valid = key < end ? head_dim - 8 * first : 0;  // elements of the row from chunk `first` on
+#pragma unroll
+            for (int j = 0; j < kRun; ++j) {
+                const int step = kThreadsPerRow * j;  // chunk first + step: step's bits are above first's
+                const uint32_t to_chunk = (to ^ (step % 8 * 16)) + step / 8 * kAtomBytes;
+                if constexpr (kElements)
+                    hopper::store_shared_16(to_chunk, load_chunk_elements(from + 8 * step, valid - 8 * step));
+                else
+                    copy_async_prefix(to_chunk, from + 8 * step, 2 * min(max(valid - 8 * step, 0), 8));
+            }
         }
         if constexpr (kElements) {
             hopper::fence_async_shared();  // the tile's stores, before wgmma reads it through the async proxy

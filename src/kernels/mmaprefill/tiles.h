@@ -14,6 +14,7 @@ struct TileShape {
     int stages;              // K/V tiles in shared memory (wgmma: the TMA ring; MFMA: V^T's, K has two)
     int producer_registers;  // per thread, after reallocation (setmaxnreg); 0: none (MFMA)
     int consumer_registers;
+    int copied_pages = 0;    // wgmma serving kernel: pages of at most this many keys its producer copies, not boxes
 };
 
 // short_keys: the launch's rows see few keys (the launcher's rule), where a tile's share of
@@ -24,7 +25,8 @@ constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype, bool shor
 
 constexpr bool operator==(const TileShape& a, const TileShape& b) {
     return a.consumers == b.consumers && a.block_keys == b.block_keys && a.stages == b.stages &&
-           a.producer_registers == b.producer_registers && a.consumer_registers == b.consumer_registers;
+           a.producer_registers == b.producer_registers && a.consumer_registers == b.consumer_registers &&
+           a.copied_pages == b.copied_pages;
 }
 
 // Hopper: the consumers' registers hold the 64 x head_dim output accumulator and a 64 x
@@ -38,8 +40,11 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // consumers' rows; 64 is slower there). The serving options' kernel spills with d64's 112- and
 // 128-key tiles: it takes 96. Its producer loads a paged cache and element rows (paged_tiles.h)
 // in 48 registers at d64 (32 spilled the element rows), its three consumers then keeping 152,
-// and in 40 at d128 and d256 (24 spilled), so two consumers there keep 232 (setmaxnreg's pool,
-// WgmmaTraits): d256's 80-key tiles spill at 232, so its serving kernel takes 64.
+// in 40 at d256 (24 spilled), its two consumers keeping 232 (setmaxnreg's pool, WgmmaTraits;
+// d256's 80-key tiles spill at 232, so its serving kernel takes 64), and in 56 at d128, whose
+// consumers keep 224: there the producer copies pages of 16 keys, faster than eight TMA boxes a
+// tile per head-dim atom, and its copy loop needs the registers (d64 gained 2% from the copies,
+// d256's consumers spill at 224; docs/mmaprefill.md, "Paged KV").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, bool serving) {
     (void)dtype;
@@ -49,7 +54,7 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
         if (serving) return {3, 96, 2, 48, 152};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
-    if (head_dim <= 128) return serving ? TileShape{2, 128, 2, 40, 232} : TileShape{2, 128, 2, 24, 240};
+    if (head_dim <= 128) return serving ? TileShape{2, 128, 2, 56, 224, 16} : TileShape{2, 128, 2, 24, 240};
     if (serving) return {2, 64, 2, 40, 232};
     if (short_causal) return {2, 64, 2, 24, 240};
     return {2, 80, 2, 24, 240};

@@ -66,6 +66,7 @@ struct WgmmaTraits {
     static constexpr int kStages = kShape.stages;
     static constexpr int kThreads = (kConsumers + 1) * wgmma::kThreads;
     static constexpr int kAtoms = (kHeadDim + wgmma::kAtomColumns - 1) / wgmma::kAtomColumns;
+    using Pages = PagedTiles<kBlockKeys, kHeadDim, (kShape.copied_pages > 0)>;  // a paged cache's and element rows' loads
 
     // Shared memory: Q, the K ring, the V ring (1024-byte aligned swizzle atoms), barriers, and
     // the output's staging rows where they fit (else they are Q's).
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     // but for a sequence's last tile; elsewhere Q, K and V come by TMA, issued by one thread.
     const bool elements = kServing && element_rows(p.head_dim);
     const bool copied = elements || (kServing && p.block_table != nullptr);
-    using Pages = PagedTiles<T::kBlockKeys, T::kHeadDim>;
+    using Pages = typename T::Pages;
 
     if (threadIdx.x == 0) {
         hopper::barrier_init(pipe.q_full(), 1);
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
                 if (elements) {
                     if (v) Pages::template copy<true>(full, destination, p.v, p.v_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
                     else Pages::template copy<true>(full, destination, p.k, p.k_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
-                } else if (k0 + T::kBlockKeys <= kv_end) {
+                } else if (k0 + T::kBlockKeys <= kv_end && p.page_size > T::kShape.copied_pages) {
                     Pages::load(full, destination, v ? &maps.v : &maps.k, p.block_table, pages.entry, p.page_size, head_kv, k0);
                 } else if (v) {
                     Pages::template copy<false>(full, destination, p.v, p.v_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
