@@ -9,7 +9,7 @@
 // into a kStages-deep ring of shared-memory tiles, each completing on a "full" barrier and
 // given back on an "empty" one; it runs ahead into the next work tile while the consumers
 // finish the current one. A paged KV cache the whole warpgroup loads, page by page, copying a
-// sequence's last tile row by row; element rows (a head_dim that is not a multiple of 8) it
+// sequence's last tile (and every tile of small pages) row by row; element rows (a head_dim that is not a multiple of 8) it
 // copies element by element, K and V, the consumers their own Q rows (paged_tiles.h).
 // Warpgroups 1.. are consumers of 64 query rows each:
 //   S = Q.K^T (wgmma, both from shared memory) -> mask -> online softmax (fp32, exp2) ->
@@ -212,7 +212,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     const int warpgroup = threadIdx.x / wgmma::kThreads;
     // A paged KV cache, and element rows (kServing), the whole producer warpgroup loads
     // (paged_tiles.h): element rows' Q, K and V copied, a paged cache's K and V by TMA per page
-    // but for a sequence's last tile; elsewhere Q, K and V come by TMA, issued by one thread.
+    // but for a sequence's last tile and pages of up to copied_pages keys (TileShape), which are
+    // copied; elsewhere Q, K and V come by TMA, issued by one thread.
     const bool elements = kServing && element_rows(p.head_dim);
     const bool copied = elements || (kServing && p.block_table != nullptr);
     using Pages = typename T::Pages;
