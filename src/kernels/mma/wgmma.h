@@ -44,7 +44,7 @@ __device__ inline Position accumulator_position(int thread, int e) {
 __host__ __device__ constexpr int row_half(int e) { return (e / 2) % 2; }
 
 // Byte offset of element (row, column) in a swizzled tile of `rows` rows.
-__device__ inline int swizzled_offset(int rows, int row, int column) {
+__host__ __device__ inline int swizzled_offset(int rows, int row, int column) {
     const int atom = column / kAtomColumns, chunk = (column % kAtomColumns) / 8;
     return atom * rows * kRowBytes + row * kRowBytes + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2;
 }

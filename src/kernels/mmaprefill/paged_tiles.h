@@ -69,6 +69,18 @@ struct PagedTiles {
                kBlockKeys % (kThreads / (kChunksPerRow / run)) == 0;
     }
     __host__ __device__ static constexpr bool fast(bool elements) { return kCopiesTiles && !elements; }
+
+    // Where a copy places a row's chunks in the tile: the swizzled layout a box writes (chunk c of
+    // row r: atom c / 8, 16-byte column (c % 8) ^ (r % 8)). row_offset: chunk `first` of row `row`;
+    // chunk_offset: chunk first + step from first's place (an offset, or an address aligned like the
+    // tile), for a step whose bits lie above first's: they XOR into the swizzle and step over atoms.
+    static constexpr int kAtomBytes = kBlockKeys * wgmma::kRowBytes;
+    __host__ __device__ static constexpr uint32_t row_offset(int row, int first) {
+        return first / 8 * kAtomBytes + row * wgmma::kRowBytes + (first ^ row) % 8 * 16;
+    }
+    __host__ __device__ static constexpr uint32_t chunk_offset(uint32_t first_place, int step) {
+        return (first_place ^ step % 8 * 16) + step / 8 * kAtomBytes;
+    }
     __host__ __device__ static constexpr int run(bool elements) { return !fast(elements) ? 1 : whole_passes(4) ? 4 : whole_passes(2) ? 2 : 1; }
     static_assert(whole_passes(1), "whole rows per pass, whole passes per tile");
 
@@ -83,7 +95,7 @@ struct PagedTiles {
     __device__ static void copy(uint32_t full, uint32_t destination, const void* tensor, const TensorStrides s,
                                 const int* block_table, StepPages pages, int head, int k0, int end, int head_dim) {
         constexpr int kRun = run(kElements), kThreadsPerRow = kChunksPerRow / kRun;
-        constexpr int kRowsPerPass = kThreads / kThreadsPerRow, kAtomBytes = kBlockKeys * wgmma::kRowBytes;
+        constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
         const int thread = threadIdx.x % kThreads, first = thread % kThreadsPerRow;  // chunks first + kThreadsPerRow * j
         const int first_page = k0 >> pages.shift;
         const int page = block_table ? block_table[pages.entry + min(first_page + threadIdx.x % 32, (end - 1) >> pages.shift)]
@@ -96,13 +108,12 @@ struct PagedTiles {
             const int row_page = __shfl_sync(0xffffffffu, page, (inside >> pages.shift) - first_page);
             const uint16_t* from = static_cast<const uint16_t*>(tensor) + int64_t(row_page) * int(s.batch) +
                                    (column + (inside & in_page) * int(s.row));
-            // 16-byte chunk c of row r: swizzle atom c / 8, its 16-byte column (c % 8) ^ (r % 8).
-            const uint32_t to = destination + first / 8 * kAtomBytes + row * wgmma::kRowBytes + ((first ^ row) % 8) * 16;
+            const uint32_t to = destination + row_offset(row, first);
             const int valid = key < end ? head_dim - 8 * first : 0;  // elements of the row from chunk `first` on
 #pragma unroll
             for (int j = 0; j < kRun; ++j) {
-                const int step = kThreadsPerRow * j;  // chunk first + step: step's bits are above first's
-                const uint32_t to_chunk = (to ^ (step % 8 * 16)) + step / 8 * kAtomBytes;
+                const int step = kThreadsPerRow * j;  // chunk first + step
+                const uint32_t to_chunk = chunk_offset(to, step);
                 if constexpr (kElements)
                     hopper::store_shared_16(to_chunk, load_chunk_elements(from + 8 * step, valid - 8 * step));
                 else
