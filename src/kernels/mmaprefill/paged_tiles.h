@@ -69,6 +69,8 @@ struct PagedTiles {
                kBlockKeys % (kThreads / (kChunksPerRow / run)) == 0;
     }
     __host__ __device__ static constexpr bool fast(bool elements) { return kCopiesTiles && !elements; }
+    __host__ __device__ static constexpr int run(bool elements) { return !fast(elements) ? 1 : whole_passes(4) ? 4 : whole_passes(2) ? 2 : 1; }
+    static_assert(whole_passes(1), "whole rows per pass, whole passes per tile");
 
     // Where a copy places a row's chunks in the tile: the swizzled layout a box writes (chunk c of
     // row r: atom c / 8, 16-byte column (c % 8) ^ (r % 8)). row_offset: chunk `first` of row `row`;
@@ -81,8 +83,6 @@ struct PagedTiles {
     __host__ __device__ static constexpr uint32_t chunk_offset(uint32_t first_place, int step) {
         return (first_place ^ step % 8 * 16) + step / 8 * kAtomBytes;
     }
-    __host__ __device__ static constexpr int run(bool elements) { return !fast(elements) ? 1 : whole_passes(4) ? 4 : whole_passes(2) ? 2 : 1; }
-    static_assert(whole_passes(1), "whole rows per pass, whole passes per tile");
 
     // The same keys of a K or V tensor copied row by row, keys from `end` on as zeros; `pages`
     // places the rows (StepPages: pages of the cache, s.batch between them; or, without a block
