@@ -90,13 +90,14 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     const int64_t resident = resident_blocks<T, Config>();
     if (resident == 0) return hipErrorNoDevice;
     const Plan plan = make_plan<T>(p, resident * T::kGroups);  // variant_plan(), with the device checked
-    const size_t workspace = workspace_bytes(p, plan.workspace_splits());
+    if (plan.items > INT32_MAX) return hipErrorInvalidValue;  // locate()'s divisions take 31 bits (O would not fit memory)
+    const size_t workspace = workspace_bytes(p, plan.workspace_splits);
     if (workspace > 0 && (p.workspace == nullptr || p.workspace_bytes < workspace)) return hipErrorInvalidValue;
     const size_t shared = plan.block_splits > 1 ? kMergeSharedBytes<T> : 0;
     attend_kernel_of<T, Config>()<<<grid_blocks(plan.items, T::kGroups, T::kThreads), T::kThreads, shared, stream>>>(p, plan);
     if (workspace == 0) return hipGetLastError();
     if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
-    return launch_combine<Config>(p, plan.workspace_splits(), stream);
+    return launch_combine<Config>(p, plan.workspace_splits, stream);
 }
 
 // Warp MMAs for the long-keys variant where the arch has them and whole warps are groups.
@@ -197,8 +198,8 @@ std::string describe(const FwdParams& p) {
         if (split.splits == 1) return text + "keys not split";
         text += "keys split " + std::to_string(split.splits) + " ways per (batch, KV head, pass)";
         if (split.block_splits > 1) text += ", " + std::to_string(split.block_splits) + " merged in shared memory";
-        if (split.workspace_splits() > 1)
-            text += ", " + std::to_string(split.workspace_splits()) + " partials per row combined through the workspace";
+        if (split.workspace_splits > 1)
+            text += ", " + std::to_string(split.workspace_splits) + " partials per row combined through the workspace";
         return text;
     });
 }
@@ -206,7 +207,7 @@ std::string describe(const FwdParams& p) {
 // Bytes of workspace launch() needs for this problem on the current device (0: none).
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 size_t workspace_size(const FwdParams& p) {
-    return params_match<Config>(p, Family::decode) ? workspace_bytes(p, plan<Config, GroupWidth>(p).workspace_splits()) : 0;
+    return params_match<Config>(p, Family::decode) ? workspace_bytes(p, plan<Config, GroupWidth>(p).workspace_splits) : 0;
 }
 
 }  // namespace decode

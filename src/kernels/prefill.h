@@ -94,7 +94,6 @@ __global__ void __launch_bounds__((Traits<Config, GroupWidth>::kThreads)) fwd_ke
 
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
         // q tiles fastest, then heads: neighbouring blocks share K/V in L2 (GQA groups too).
-        // (Not divmod(): its 32-bit path costs this kernel 27 registers on sm_90, docs/decisions.md.)
         const int q0 = int(item % q_tiles) * T::kBlockRows;
         const int head = int((item / q_tiles) % p.heads_q);
         const int64_t batch = item / q_tiles / p.heads_q;

@@ -54,7 +54,7 @@ TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
         EXPECT_EQ(plan.splits, c.splits) << c.resident_groups << " resident groups";
         EXPECT_EQ(plan.block_splits, std::min(plan.splits, G));
         EXPECT_EQ(plan.items, 20 * plan.splits);
-        EXPECT_EQ(workspace_bytes(p, plan.workspace_splits()) > 0, plan.splits > G);
+        EXPECT_EQ(workspace_bytes(p, plan.workspace_splits) > 0, plan.splits > G);
     }
     // Few keys cap the splits at one per kMinKeysPerSplit keys, rounded the same way (3 -> 2).
     const FwdParams short_range = shape_params(problem<Fp16Causal>(10, 3 * T::kMinKeysPerSplit));

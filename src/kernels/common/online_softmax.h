@@ -51,13 +51,14 @@ __device__ inline MergeWeights merge_max(float& running_max, float other_max) {
     return {mine, exp2f(other_max - reference)};
 }
 
-// A row's log2-sum-exp from its state, -inf where it saw no key (a partial with no weight).
+// A row's log2-sum-exp from its state, -inf where it saw no key (a partial with no weight). A
+// row's sum is at least 1 (its maximum contributes exp2(0)), so the hardware's approximate
+// log2 is exact to a few ulp here.
 __device__ inline float partial_lse(float row_max, float row_sum) {
-    return row_sum > 0.f ? row_max + log2f(row_sum) : -INFINITY;
+    return row_sum > 0.f ? row_max + __log2f(row_sum) : -INFINITY;
 }
 
-// The same in natural log, as FwdParams::lse holds it. A row's sum is at least 1 (its maximum
-// contributes exp2(0)), so the hardware's approximate log2 is exact to a few ulp here.
+// The same in natural log, as FwdParams::lse holds it.
 __device__ inline float natural_lse(float row_max, float row_sum) {
     return row_sum > 0.f ? (row_max + __log2f(row_sum)) * kLn2 : -INFINITY;
 }

@@ -1,5 +1,5 @@
 // Work-item scheduling: 1-D grids over work items (so batch x heads is not bounded by grid y/z
-// limits), their index decomposition, and the device facts plans are made from.
+// limits), and the device facts plans are made from (work items are located by common/fast_divisor.h).
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -8,20 +8,6 @@
 #include <cstdint>
 
 namespace fmha {
-
-// a / b and a % b. 64-bit division is a long subroutine on GPUs: take 32 bits when they do.
-struct DivMod {
-    int64_t quotient;
-    int remainder;
-};
-__device__ inline DivMod divmod(int64_t a, int b) {
-    if (b == 1) return {a, 0};
-    if (a <= int64_t(UINT32_MAX)) {
-        const uint32_t q = uint32_t(a) / uint32_t(b);
-        return {int64_t(q), int(uint32_t(a) - q * uint32_t(b))};
-    }
-    return {a / b, int(a % b)};
-}
 
 // The grid for `units` units of work, `per_block` to a block, blocks dispatched in order (so
 // the blocks resident at any time work on neighbouring memory; docs/decisions.md). Kernels

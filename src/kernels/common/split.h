@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "fmha/params.h"
+#include "kernels/common/fast_divisor.h"
 #include "kernels/common/rows.h"
 #include "kernels/common/schedule.h"
 #include "kernels/common/sequence.h"
@@ -19,9 +20,9 @@ namespace fmha {
 
 // Steps of keys_per_step keys from kv_lo that split `split` of `splits` takes: every splits-th
 // one, so the splits of an item read neighbouring keys at any time (docs/decisions.md).
-__device__ inline int split_steps(int kv_lo, int kv_hi, int keys_per_step, int split, int splits) {
+__device__ inline int split_steps(int kv_lo, int kv_hi, int keys_per_step, int split, const FastDivisor& splits) {
     const int total = (kv_hi - kv_lo + keys_per_step - 1) / keys_per_step;
-    return total > split ? (total - split + splits - 1) / splits : 0;
+    return total > split ? splits.divide(total - split + int(splits.divisor) - 1) : 0;
 }
 
 // The workspace of a launch with n partials per query row (n > 1): fp32 partial outputs
@@ -72,13 +73,15 @@ __device__ inline Merged merge_partials(const float* lse, int lse_stride, const 
 // Combines each row's n partials in the workspace into O (and FwdParams::lse). A team of
 // kCombineLanes lanes takes 8 columns of a row: lane l merges partials l, l + kCombineLanes,
 // ..., then the team merges its lanes' results by shuffles, so that few rows with many
-// partials still spread over many lanes (docs/decisions.md). One instantiation serves every
-// variant of a config.
+// partials still spread over many lanes (docs/decisions.md). A row past its sequence's length
+// (never written) is read and merged like the others and not stored: the loads need not wait
+// for the sequence's length. One instantiation serves every variant of a config.
 inline constexpr int kCombineLanes = 8;
 inline constexpr int kCombineThreads = 256;  // per block
 
 template <class Config>
-__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const FwdParams p, const int n) {
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(const FwdParams p, const int n, const FastDivisor by_seqlen_q, const FastDivisor by_heads_q) {
     using Team = Group<kCombineLanes>;
     constexpr int kVecsPerRow = Config::head_dim / 8;
     const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
@@ -89,24 +92,21 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const FwdParam
     for (int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; index < trips_end;
          index += int64_t(gridDim.x) * blockDim.x) {
         const int lane = int(index % kCombineLanes);
-        const DivMod by_column = divmod(min(index, units - 1) / kCombineLanes, kVecsPerRow);
-        const DivMod by_position = divmod(by_column.quotient, p.seqlen_q);
-        const DivMod by_head = divmod(by_position.quotient, p.heads_q);
-        const int64_t row = by_column.quotient, batch = by_head.quotient;
-        const int column = by_column.remainder * 8, position = by_position.remainder, head = by_head.remainder;
-        // Rows past their sequence's length were never written (uniform over a team).
-        const bool valid = index < units && position < sequence_length(p.seqlens_q, p.cu_seqlens_q, batch, p.seqlen_q);
-        const int mine = valid && lane < n ? (n - lane + kCombineLanes - 1) / kCombineLanes : 0;
+        const int unit = int(min(index, units - 1) / kCombineLanes);  // below 2^31: launch_combine
+        const int row = unit / kVecsPerRow, column = unit % kVecsPerRow * 8;
+        const int head_row = by_seqlen_q.divide(row), batch = by_heads_q.divide(head_row);
+        const int position = row - head_row * p.seqlen_q, head = head_row - batch * p.heads_q;
+        const int mine = lane < n ? (n - lane + kCombineLanes - 1) / kCombineLanes : 0;
         float out[8];
-        const Merged m = merge_partials(workspace.lses + row * n + lane, kCombineLanes,
-                                        workspace.partials + (row * n + lane) * Config::head_dim + column,
+        const Merged m = merge_partials(workspace.lses + int64_t(row) * n + lane, kCombineLanes,
+                                        workspace.partials + (int64_t(row) * n + lane) * Config::head_dim + column,
                                         int64_t(kCombineLanes) * Config::head_dim, mine, out);
         const float max_lse = Team::max(m.max_lse);
         const float scale = m.max_lse == -INFINITY ? 0.f : exp2f(m.max_lse - max_lse);
         const float total = Team::sum(m.total * scale);
 #pragma unroll
         for (int e = 0; e < 8; ++e) out[e] = Team::sum(out[e] * scale);
-        if (valid && lane == 0) {
+        if (lane == 0 && index < units && position < sequence_length(p.seqlens_q, p.cu_seqlens_q, batch, p.seqlen_q)) {
             store8_output<Config>(p, batch, head, position, column, out, total > 0.f ? 1.f / total : 0.f);
             if (column == 0) store_lse(p, batch, head, position, max_lse, total);
         }
@@ -116,8 +116,10 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const FwdParam
 // Launches combine_kernel for a launch with n partials per row in p.workspace.
 template <class Config>
 hipError_t launch_combine(const FwdParams& p, int n, hipStream_t stream) {
-    const int64_t lanes = int64_t(p.batch) * p.heads_q * p.seqlen_q * (Config::head_dim / 8) * kCombineLanes;
-    combine_kernel<Config><<<grid_blocks(lanes, kCombineThreads, kCombineThreads), kCombineThreads, 0, stream>>>(p, n);
+    const int64_t units = int64_t(p.batch) * p.heads_q * p.seqlen_q * (Config::head_dim / 8);
+    if (units > INT32_MAX) return hipErrorInvalidValue;  // split launches have few rows (decode/plan.h)
+    combine_kernel<Config><<<grid_blocks(units * kCombineLanes, kCombineThreads, kCombineThreads), kCombineThreads, 0, stream>>>(
+        p, n, FastDivisor(p.seqlen_q), FastDivisor(p.heads_q));
     return hipGetLastError();
 }
 

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         VisibleKeys<kMasked> visible;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            rows[r] = query_row(item, item.pass * R + r);
+            rows[r] = query_row(p, plan, item, item.pass * R + r);
             visible.add(rows[r], item.len_kv, p.window);
         }
         int kv_lo, kv_hi;
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         } else if constexpr (T::kShortKeys) {
             process_step(0, std::integral_constant<int, U>{});
         } else {
-            const int steps = uniform_trip_count<T>(split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits));
+            const int steps = uniform_trip_count<T>(split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.by_splits));
             for (int step = 0; step < steps; ++step) process_step(step, std::integral_constant<int, U>{});
         }
 

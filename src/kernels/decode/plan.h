@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "fmha/params.h"
+#include "kernels/common/fast_divisor.h"
 #include "kernels/decode/shape.h"
 
 namespace fmha {
@@ -18,10 +19,13 @@ struct Plan {
     int passes;          // row passes per (batch, KV head)
     int splits;          // key splits per (batch, KV head, pass): split s takes steps s, s + splits, ...
     int block_splits;    // consecutive splits one block merges in shared memory (1: none)
-    int64_t items;       // batch x heads_kv x passes x splits, split fastest
-
-    // Partials per row that go through the workspace and the combine kernel (1: none).
-    __host__ __device__ int workspace_splits() const { return splits / block_splits; }
+    int workspace_splits;  // partials per row that go through the workspace and the combine kernel (1: none)
+    int64_t items;       // batch x heads_kv x passes x splits, split fastest (below 2^31: launch_variant)
+    int group_heads;     // query heads that read one KV head
+    int rows_per_kv;     // their query rows: group_heads x seqlen_q
+    // The divisions that locate a work item and its rows: a launch's constants, so a multiply
+    // and a shift each instead of a division's chain (a batch-1 step's warps run little else).
+    FastDivisor by_splits, by_block_splits, by_passes, by_heads_kv, by_seqlen_q;
 };
 
 // A split launch's partials of one block in shared memory: per group, the partial outputs
@@ -78,7 +82,15 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
     }
     plan.splits = splits;
     plan.block_splits = kMergesInBlock<T> ? min_of(splits, T::kGroups) : 1;
+    plan.workspace_splits = splits / plan.block_splits;
     plan.items = base_items * splits;
+    plan.group_heads = p.heads_q / p.heads_kv;
+    plan.rows_per_kv = rows_per_kv_head(p);
+    plan.by_splits = FastDivisor(plan.splits);
+    plan.by_block_splits = FastDivisor(plan.block_splits);
+    plan.by_passes = FastDivisor(plan.passes);
+    plan.by_heads_kv = FastDivisor(p.heads_kv);
+    plan.by_seqlen_q = FastDivisor(p.seqlen_q);
     return plan;
 }
 

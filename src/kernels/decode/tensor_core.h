@@ -119,12 +119,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
          first += int64_t(gridDim.x) * T::kGroups) {
         const WorkItem item = locate<T::kOptions>(p, plan, first + warp_in_block);
         const RowSink<T, Config> sink{p, plan, item, block, warp_in_block};
-        auto row_at = [&](int r) { return query_row(item, item.pass * T::kRows + r); };
+        auto row_at = [&](int r) { return query_row(p, plan, item, item.pass * T::kRows + r); };
 
-        VisibleKeys<kMasked> visible;
-        for (int r = 0; r < T::kRows; ++r) visible.add(row_at(r), item.len_kv, p.window);
         int kv_lo, kv_hi;
-        visible.key_range(item.len_kv, kv_lo, kv_hi);
+        pass_key_range<kMasked>(p, plan, item, T::kRows, kv_lo, kv_hi);
 
         // Q^T fragments: row 8 rt + g, vectors 4i + t. Rows past the pass's end are zeros; they
         // compute scores nobody stores.
@@ -185,7 +183,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         // (the keys below kv_lo that this adds are masked for every row), so that each step lies
         // on one page (StepPages): one table entry, loaded a step ahead, places its K and V rows.
         if constexpr (T::kOptions) kv_lo -= kv_lo % T::kKeysPerStep;
-        const int steps = split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.splits);
+        const int steps = split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.by_splits);
         int page = 0;  // of the step's keys
         if constexpr (T::kOptions) {
             const uint4 slot = load_shared_volatile(&slots.pages[lane]);

@@ -37,8 +37,6 @@ struct WorkItem {
     int64_t batch;
     int head_kv, split, pass;
     int len_q, len_kv;  // this sequence's query and key counts
-    int seqlen_q;       // positions per head in the tensors
-    int rows_per_kv;    // query rows that read one KV head: heads of its group x positions
     bool active;        // false past the last item (uniform over a group)
 };
 
@@ -46,33 +44,49 @@ template <bool kMayBePacked>
 __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t index) {
     WorkItem item;
     item.active = index < plan.items;
-    const DivMod by_split = divmod(item.active ? index : 0, plan.splits);
-    const DivMod by_pass = divmod(by_split.quotient, plan.passes);
-    const DivMod by_head = divmod(by_pass.quotient, p.heads_kv);
-    item.split = by_split.remainder;
-    item.pass = by_pass.remainder;
-    item.head_kv = by_head.remainder;
-    item.batch = by_head.quotient;
+    const int i = item.active ? int(index) : 0;
+    const int by_split = plan.by_splits.divide(i), by_pass = plan.by_passes.divide(by_split);
+    const int by_head = plan.by_heads_kv.divide(by_pass);
+    item.split = i - by_split * plan.splits;
+    item.pass = by_split - by_pass * plan.passes;
+    item.head_kv = by_pass - by_head * p.heads_kv;
+    item.batch = by_head;
     item.len_q = sequence_length(p.seqlens_q, packed_only<kMayBePacked>(p.cu_seqlens_q), item.batch, p.seqlen_q);
     item.len_kv = sequence_length(p.seqlens_kv, packed_only<kMayBePacked>(p.cu_seqlens_kv), item.batch, p.seqlen_kv);
-    item.seqlen_q = p.seqlen_q;
-    item.rows_per_kv = p.heads_q / p.heads_kv * p.seqlen_q;
     return item;
 }
 
-// Row `row` (0 .. rows_per_kv) of a work item's KV head.
-__device__ inline QueryRow query_row(const WorkItem& item, int row) {
+// Row `row` (0 .. rows_per_kv) of a work item's KV head: head row / seqlen_q of its group,
+// position row % seqlen_q.
+__device__ inline QueryRow query_row(const FwdParams& p, const Plan& plan, const WorkItem& item, int row) {
     QueryRow q;
-    q.head = item.head_kv * (item.rows_per_kv / item.seqlen_q) + row / item.seqlen_q;
-    q.position = row % item.seqlen_q;
-    q.valid = item.active && row < item.rows_per_kv && q.position < item.len_q;
+    const int head_in_group = plan.by_seqlen_q.divide(row);
+    q.head = item.head_kv * plan.group_heads + head_in_group;
+    q.position = row - head_in_group * p.seqlen_q;
+    q.valid = item.active && row < plan.rows_per_kv && q.position < item.len_q;
     q.diagonal = q.position + item.len_kv - item.len_q;
     return q;
 }
 
+// The keys that some row of the item's pass (rows pass x rows .. + rows - 1) sees, [kv_lo,
+// kv_hi), empty where none does: the pass's positions run from its first row's to its last
+// row's, or, across heads of the group, over every position (a superset where the run has a
+// gap: its keys are masked per row), and the first and last positions bound the keys
+// (KeyMask::key_range), without a row's arithmetic per row.
+template <bool kMasked>
+__device__ inline void pass_key_range(const FwdParams& p, const Plan& plan, const WorkItem& item, int rows, int& kv_lo, int& kv_hi) {
+    const int first_row = item.pass * rows, last_row = min(first_row + rows, plan.rows_per_kv) - 1;
+    const int first_head = plan.by_seqlen_q.divide(first_row), last_head = plan.by_seqlen_q.divide(last_row);
+    const bool one_head = first_head == last_head;
+    const int first = one_head ? first_row - first_head * p.seqlen_q : 0;
+    const int last = min(one_head ? last_row - last_head * p.seqlen_q : p.seqlen_q - 1, item.len_q - 1);
+    kv_lo = kv_hi = 0;
+    if (item.active && first <= last) KeyMask<kMasked>::of(item.len_q, item.len_kv, p.window).key_range(first, last, kv_lo, kv_hi);
+}
+
 // The workspace slot of a row's share of splits: [row][workspace split].
 __device__ inline int64_t workspace_slot(const FwdParams& p, const Plan& plan, const WorkItem& item, const QueryRow& row) {
-    return query_row_index(p, item.batch, row.head, row.position) * plan.workspace_splits() + item.split / plan.block_splits;
+    return query_row_index(p, item.batch, row.head, row.position) * plan.workspace_splits + plan.by_block_splits.divide(item.split);
 }
 
 // Where a group puts its finished rows: O itself; in a split launch its partials, to the
@@ -90,14 +104,14 @@ struct RowSink {
     __device__ void store8(int r, const QueryRow& row, int column, const float (&x)[8], float inv) const {
         if (!kSplits<T> || plan.splits == 1) return store8_output<Config, T::kOptions>(p, item.batch, row.head, row.position, column, x, inv);
         float* dst = plan.block_splits > 1 ? block.partial(group, r)
-                                           : SplitWorkspace(p, plan.workspace_splits()).partials + workspace_slot(p, plan, item, row) * T::kHeadDim;
+                                           : SplitWorkspace(p, plan.workspace_splits).partials + workspace_slot(p, plan, item, row) * T::kHeadDim;
         store8_fp32(dst + column, x, inv);
     }
     // The row's log-sum-exp: to FwdParams::lse where the row is done, else its partial's
     // log2-sum-exp beside the partial.
     __device__ void store_lse(int r, const QueryRow& row, float row_max, float row_sum) const {
         if (!kSplits<T> || plan.splits == 1) return fmha::store_lse<T::kOptions>(p, item.batch, row.head, row.position, row_max, row_sum);
-        float& dst = plan.block_splits > 1 ? block.lse(group, r) : SplitWorkspace(p, plan.workspace_splits()).lses[workspace_slot(p, plan, item, row)];
+        float& dst = plan.block_splits > 1 ? block.lse(group, r) : SplitWorkspace(p, plan.workspace_splits).lses[workspace_slot(p, plan, item, row)];
         dst = partial_lse(row_max, row_sum);
     }
 };
@@ -110,21 +124,21 @@ __device__ void merge_block(const FwdParams& p, const Plan& plan, int64_t first,
     constexpr int kVecsPerRow = T::kHeadDim / 8;
     constexpr int kUnitsPerItem = T::kRows * kVecsPerRow;
     __syncthreads();
-    for (int unit = threadIdx.x; unit < T::kGroups / plan.block_splits * kUnitsPerItem; unit += T::kThreads) {
+    for (int unit = threadIdx.x; unit < plan.by_block_splits.divide(T::kGroups) * kUnitsPerItem; unit += T::kThreads) {
         const int group = unit / kUnitsPerItem * plan.block_splits;  // the item's first split in the block
         const int r = unit / kVecsPerRow % T::kRows, column = unit % kVecsPerRow * 8;
         const WorkItem item = locate<T::kOptions>(p, plan, first + group);
-        const QueryRow row = query_row(item, item.pass * T::kRows + r);
+        const QueryRow row = query_row(p, plan, item, item.pass * T::kRows + r);
         if (!row.valid) continue;
         float out[8];
         const Merged m = merge_partials(&block.lse(group, r), T::kRows, block.partial(group, r) + column,
                                         T::kRows * T::kHeadDim, plan.block_splits, out);
         const float inv = m.total > 0.f ? 1.f / m.total : 0.f;
-        if (plan.workspace_splits() == 1) {
+        if (plan.workspace_splits == 1) {
             store8_output<Config, T::kOptions>(p, item.batch, row.head, row.position, column, out, inv);
             if (column == 0) store_lse<T::kOptions>(p, item.batch, row.head, row.position, m.max_lse, m.total);
         } else {
-            const SplitWorkspace workspace(p, plan.workspace_splits());
+            const SplitWorkspace workspace(p, plan.workspace_splits);
             const int64_t slot = workspace_slot(p, plan, item, row);
             store8_fp32(workspace.partials + slot * T::kHeadDim + column, out, inv);
             if (column == 0) workspace.lses[slot] = partial_lse(m.max_lse, m.total);
