@@ -80,6 +80,12 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
             GpuCase few_windowed{make(key, 3, h, h_kv, 2, 12), {}, seed++};  // keys below the window in the step
             few_windowed.problem.mask = AttentionMask::causal(3);
             cases.push_back(few_windowed);
+            // The decode family's passes of 8 rows over 12 positions (MHA): a pass's keys from its
+            // first and last positions, cut at shorter sequences' last query (the second pass
+            // of sequence 2 has none), a two-sided window around them.
+            GpuCase pass_windowed{make(key, 3, h, h_kv, 12, 300), {{12, 5, 9}, {300, 40, 13}}, seed++};
+            pass_windowed.problem.mask = AttentionMask::local(6, 2);
+            cases.push_back(pass_windowed);
             // FlashAttention's two-sided windows (-1: unbounded), on both sides of the diagonal:
             // rows whose window lies past the keys' end or before their start see none.
             const AttentionMask local[] = {AttentionMask::local(5, 3), AttentionMask::local(-1, 7),
