@@ -58,7 +58,7 @@ __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t 
 
 // Row `row` (0 .. rows_per_kv) of a work item's KV head: head row / seqlen_q of its group,
 // position row % seqlen_q.
-__device__ inline QueryRow query_row(const FwdParams& p, const Plan& plan, const WorkItem& item, int row) {
+__host__ __device__ inline QueryRow query_row(const FwdParams& p, const Plan& plan, const WorkItem& item, int row) {
     QueryRow q;
     const int head_in_group = plan.by_seqlen_q.divide(row);
     q.head = item.head_kv * plan.group_heads + head_in_group;
@@ -74,7 +74,7 @@ __device__ inline QueryRow query_row(const FwdParams& p, const Plan& plan, const
 // gap: its keys are masked per row), and the first and last positions bound the keys
 // (KeyMask::key_range), without a row's arithmetic per row.
 template <bool kMasked>
-__device__ inline void pass_key_range(const FwdParams& p, const Plan& plan, const WorkItem& item, int rows, int& kv_lo, int& kv_hi) {
+__host__ __device__ inline void pass_key_range(const FwdParams& p, const Plan& plan, const WorkItem& item, int rows, int& kv_lo, int& kv_hi) {
     const int first_row = item.pass * rows, last_row = min(first_row + rows, plan.rows_per_kv) - 1;
     const int first_head = plan.by_seqlen_q.divide(first_row), last_head = plan.by_seqlen_q.divide(last_row);
     const bool one_head = first_head == last_head;
