@@ -1,5 +1,5 @@
 // Work-item scheduling: 1-D grids over work items (so batch x heads is not bounded by grid y/z
-// limits), and the device facts plans are made from (work items are located by common/fast_divisor.h).
+// limits), and the device facts plans are made from.
 #pragma once
 
 #include <hip/hip_runtime.h>

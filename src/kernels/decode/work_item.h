@@ -10,7 +10,6 @@
 #include "kernels/common/mask.h"
 #include "kernels/common/online_softmax.h"
 #include "kernels/common/rows.h"
-#include "kernels/common/schedule.h"
 #include "kernels/common/sequence.h"
 #include "kernels/common/split.h"
 #include "kernels/decode/plan.h"
