@@ -72,9 +72,23 @@ struct QueryFragments {
     int lane;
 
     __device__ QueryFragments(Shared& warp_slots, int lane_) : shared(warp_slots), lane(lane_) {}
-    __device__ void set(int rt, int i, const uint4& x) {
+    // Vector i of row tile rt from `from`, or zeros where !valid; complete once wait() has
+    // passed. The options variant up to head dim 128 copies it into shared memory
+    // asynchronously, so that its paging lookups and first loads need not wait for Q's; the
+    // plain variant and head dim 256 measured slower so (docs/decisions.md, "Decode steps: Q by
+    // asynchronous copies").
+    static constexpr bool kCopied = T::kQueryInShared && T::kOptions && T::kHeadDim <= 128;
+    __device__ void load(int rt, int i, const uint16_t* from, bool valid) {
+        if constexpr (kCopied) {
+            copy_async<16>(&shared[rt][i][lane], from, valid);
+            return;
+        }
+        const uint4 x = valid ? *reinterpret_cast<const uint4*>(from) : make_uint4(0, 0, 0, 0);
         if constexpr (T::kQueryInShared) shared[rt][i][lane] = x;
         else registers[rt][i] = x;
+    }
+    __device__ void wait() const {
+        if constexpr (kCopied) copy_async_wait_all();
     }
     __device__ uint4 get(int rt, int i) const {
         if constexpr (T::kQueryInShared) return load_shared_volatile(&shared[rt][i][lane]);
@@ -135,7 +149,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
             const uint16_t* src = row_start(q_base, p.q_strides, packed_only<T::kOptions>(p.cu_seqlens_q), item.batch, row.head, row.position);
 #pragma unroll
             for (int i = 0; i < KV; ++i)
-                q.set(rt, i, row.valid ? *reinterpret_cast<const uint4*>(src + (4 * i + t) * 8) : make_uint4(0, 0, 0, 0));
+                q.load(rt, i, src + (4 * i + t) * 8, row.valid);
             mine[rt][0] = row_at(8 * rt + 2 * t);
             mine[rt][1] = row_at(8 * rt + 2 * t + 1);
         }
@@ -223,6 +237,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                     v[s][j] = key < kv_hi ? *reinterpret_cast<const uint4*>(v_row(key) + (g + 8 * j) * 8)
                                           : make_uint4(0, 0, 0, 0);
             }
+            q.wait();  // Q's copies, once the first step's loads are out (later steps: nothing to wait for)
 
             // V^T fragments, shared by the row tiles. Tile 4j + w holds head dims
             // 8 (g + 8j) + 2w (A row g: low halves) and that + 1 (A row g + 8: high halves).
@@ -298,6 +313,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                 for (int m = 0; m < kTiles; ++m) mma_16x8x16<kDType>(acc[rt][m], vt[m], pb);
             }
         }
+        q.wait();  // (a range of no steps) no copy may land in the next work item's Q
 
         // Store: lane 4g + t holds rows 8 rt + 2t + e, head dims 8 (g + 8j) + 2w (acc[..][4j + w][e])
         // and + 1 (acc[..][4j + w][2 + e]). A row that saw no key gets zeros.
