@@ -24,15 +24,7 @@ struct DTypeTraits<DType::fp16> {
     }
     __device__ static inline float unpack1(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
     __device__ static inline uint16_t pack(float x) { return __half_as_ushort(__float2half_rn(x)); }
-    __device__ static inline uint32_t pack2(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        uint32_t bits;
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(hi), "f"(lo));
-        return bits;
-#else
-        return uint32_t(pack(lo)) | uint32_t(pack(hi)) << 16;
-#endif
-    }
+    static constexpr DType dtype = DType::fp16;
 };
 
 template <>
@@ -54,15 +46,7 @@ struct DTypeTraits<DType::bf16> {
         return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 #endif
     }
-    __device__ static inline uint32_t pack2(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        uint32_t bits;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(hi), "f"(lo));
-        return bits;
-#else
-        return uint32_t(pack(lo)) | uint32_t(pack(hi)) << 16;
-#endif
-    }
+    static constexpr DType dtype = DType::bf16;
 };
 
 // Eight packed elements (one 16-byte vector) -> eight floats.
@@ -77,10 +61,20 @@ __device__ inline void unpack8(const uint4& w, float (&out)[8]) {
     }
 }
 
-// Two floats rounded to one register of two packed elements (lo in the low half).
+// Two floats rounded to one register of two packed elements (lo in the low half): where the arch
+// converts pairs (sm_80 on), one instruction with pack()'s rounding.
 template <class Numeric>
 __device__ inline uint32_t pack2(float lo, float hi) {
-    return Numeric::pack2(lo, hi);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t bits;
+    if constexpr (Numeric::dtype == DType::bf16)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(hi), "f"(lo));
+    else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(hi), "f"(lo));
+    return bits;
+#else
+    return uint32_t(Numeric::pack(lo)) | uint32_t(Numeric::pack(hi)) << 16;
+#endif
 }
 
 // The low (high) 16-bit halves of a and b, as one register {a, b}.
