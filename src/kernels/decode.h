@@ -56,6 +56,14 @@ constexpr auto attend_kernel_of() {
     else return &attend_kernel<T, Config>;
 }
 
+// The dynamic shared memory of a launch: a staged variant's slots, else a split launch's merge
+// buffer (where it has one).
+template <class T>
+constexpr size_t dynamic_shared_bytes() {
+    if constexpr (T::kStagesItems) return sizeof(StagedRows<T>) * T::kGroups;
+    else return kMergeSharedBytes<T>;
+}
+
 // Blocks of this variant the device runs at once (0 when there is no device). The per-
 // multiprocessor occupancy is a property of the compiled kernel and its arch: asked once.
 // Plans are made for the occupancy of a launch that merges splits in its blocks.
@@ -67,12 +75,12 @@ int64_t resident_blocks() {
         // Past 48 KB of shared memory in all (the tensor-core variant's Q slots at head dim 256
         // beside its merge buffer) a kernel must ask for its dynamic part.
         if (cudaFuncSetAttribute(attend_kernel_of<T, Config>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int(kMergeSharedBytes<T>)) != cudaSuccess)
+                                 int(dynamic_shared_bytes<T>())) != cudaSuccess)
             return 0;
 #endif
         int blocks = 0;
         if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attend_kernel_of<T, Config>(), T::kThreads,
-                                                         kMergeSharedBytes<T>) != hipSuccess)
+                                                         dynamic_shared_bytes<T>()) != hipSuccess)
             return 0;
         per_multiprocessor.store(blocks, std::memory_order_relaxed);
     }
@@ -93,8 +101,11 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     if (plan.items > INT32_MAX) return hipErrorInvalidValue;  // locate()'s divisions take 31 bits (O would not fit memory)
     const size_t workspace = workspace_bytes(p, plan.workspace_splits);
     if (workspace > 0 && (p.workspace == nullptr || p.workspace_bytes < workspace)) return hipErrorInvalidValue;
-    const size_t shared = plan.block_splits > 1 ? kMergeSharedBytes<T> : 0;
-    attend_kernel_of<T, Config>()<<<grid_blocks(plan.items, T::kGroups, T::kThreads), T::kThreads, shared, stream>>>(p, plan);
+    const size_t shared = T::kStagesItems || plan.block_splits > 1 ? dynamic_shared_bytes<T>() : 0;
+    // A staged variant's warps walk the items persistently: at most one wave of blocks.
+    const int64_t blocks = T::kStagesItems ? std::min<int64_t>(grid_blocks(plan.items, T::kGroups, T::kThreads), resident)
+                                           : grid_blocks(plan.items, T::kGroups, T::kThreads);
+    attend_kernel_of<T, Config>()<<<unsigned(blocks), T::kThreads, shared, stream>>>(p, plan);
     if (workspace == 0) return hipGetLastError();
     if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
     return launch_combine<Config>(p, plan.workspace_splits, stream);
@@ -159,7 +170,15 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         }
     }
     if constexpr (kUsesWarpMma<Config, GroupWidth>) {
-        return fn(MmaTraits<Config, 1>{});  // passes of 8 rows
+        // Passes of 8 rows; where every key fits one step, the warps stage their next items (at
+        // d64 in passes of 16 rows for more rows).
+        if (p.seqlen_kv <= MmaTraits<Config, 1>::kKeysPerStep) {
+            if constexpr (Config::head_dim <= 64) {
+                if (staged_row_tiles(p.seqlen_kv, rows_per_kv_head(p), Config::head_dim) == 2) return fn(MmaTraits<Config, 2, true>{});
+            }
+            return fn(MmaTraits<Config, 1, true>{});
+        }
+        return fn(MmaTraits<Config, 1>{});
     } else {
         if (rows == 1) return fn(Traits<Config, GroupWidth, 1, Keys::many>{});
         if (rows == 2) return fn(Traits<Config, GroupWidth, 2, Keys::many>{});
@@ -189,7 +208,7 @@ std::string describe(const FwdParams& p) {
     return with_variant<Config, GroupWidth>(p, [&](auto traits) {
         using T = decltype(traits);
         const Plan split = variant_plan<T, Config>(p);
-        const std::string variant = T::kWarpMma                 ? "tensor-core"
+        const std::string variant = T::kWarpMma                 ? (T::kStagesItems ? "tensor-core staged one-step" : "tensor-core")
                                     : !T::kShortKeys            ? "CUDA-core long-keys"
                                     : T::kKeys == Keys::two       ? "short-keys"
                                                                 : "few-keys (up to " + std::to_string(T::kKeyRange) + ")";

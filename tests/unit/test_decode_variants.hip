@@ -22,19 +22,24 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
     EXPECT_EQ(key_variant(8, 8), Keys::few);
     EXPECT_EQ(key_variant(9, 8), Keys::many);
     EXPECT_EQ(key_variant(3, 2), Keys::many);  // a group too narrow for a few-keys step
-    // Plain launches beside warp MMAs: the narrow few-keys ranges up to 8 keys and 4 rows per
-    // KV head (at up to 4 keys more rows in passes of 4: 16 at d64, 12 at d128), the wide range
-    // for one row up to its 16 keys, the tensor-core loop past them; two keys keep theirs.
+    // Plain launches beside warp MMAs: the narrow few-keys ranges up to 8 keys for the rows
+    // that passes of 8 would mostly leave empty (up to 4; at d64 and up to 4 keys also 9 to 12;
+    // at d128 and 5-8 keys up to 2), the wide range for one row up to its 16 keys, the
+    // tensor-core variant (staged items) for the rest; two keys keep theirs.
     EXPECT_EQ(key_variant(2, 16, true), Keys::two);
     EXPECT_EQ(key_variant(2, 16, true, 16), Keys::two);
     EXPECT_EQ(key_variant(3, 16, true), Keys::few);
-    EXPECT_EQ(key_variant(8, 16, true, 4), Keys::few);
-    EXPECT_EQ(key_variant(4, 16, true, 8), Keys::few);   // two passes of 4 rows
-    EXPECT_EQ(key_variant(4, 16, true, 12, false, 128), Keys::few);
-    EXPECT_EQ(key_variant(4, 16, true, 13, false, 128), Keys::many);
-    EXPECT_EQ(key_variant(3, 16, true, 16, false, 64), Keys::few);  // four passes of 4 rows
-    EXPECT_EQ(key_variant(5, 16, true, 5), Keys::many);  // 5+ rows at 5+ keys: one read of K/V on tensor cores
-    EXPECT_EQ(key_variant(8, 16, true, 8), Keys::many);
+    EXPECT_EQ(key_variant(4, 16, true, 4), Keys::few);
+    EXPECT_EQ(key_variant(4, 16, true, 5), Keys::many);
+    EXPECT_EQ(key_variant(4, 16, true, 12, false, 128), Keys::many);
+    EXPECT_EQ(key_variant(3, 16, true, 8, false, 64), Keys::many);
+    EXPECT_EQ(key_variant(3, 16, true, 9, false, 64), Keys::few);   // three passes of 4 rows
+    EXPECT_EQ(key_variant(3, 16, true, 12, false, 64), Keys::few);
+    EXPECT_EQ(key_variant(3, 16, true, 13, false, 64), Keys::many);
+    EXPECT_EQ(key_variant(8, 16, true, 4, false, 64), Keys::few);
+    EXPECT_EQ(key_variant(8, 16, true, 2, false, 128), Keys::few);
+    EXPECT_EQ(key_variant(5, 16, true, 3, false, 128), Keys::many);
+    EXPECT_EQ(key_variant(5, 16, true, 5, false, 64), Keys::many);
     EXPECT_EQ(key_variant(9, 16, true), Keys::few);      // one row: the wide range
     EXPECT_EQ(key_variant(16, 16, true), Keys::few);
     EXPECT_EQ(key_variant(17, 16, true), Keys::many);
@@ -47,18 +52,25 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
 
 TEST(DecodeVariants, HeadDim256TakesManyRowsOnTheTensorCoreLoop) {
     // key_variant(keys, few_range, narrow ranges, rows, tensor-core loop): the wide few-keys
-    // variant keeps few rows; 5 rows from 3 keys, 3 from 6, go to the loop.
+    // variant keeps one row, and two up to 5 keys; 3 rows from 3 keys, 2 from 6, go to the loop.
     EXPECT_EQ(key_variant(2, 8, false, 16, true), Keys::two);
+    EXPECT_EQ(key_variant(8, 8, false, 1, true), Keys::few);
     EXPECT_EQ(key_variant(3, 8, false, 2, true), Keys::few);
-    EXPECT_EQ(key_variant(8, 8, false, 2, true), Keys::few);
-    EXPECT_EQ(key_variant(5, 8, false, 4, true), Keys::few);
-    EXPECT_EQ(key_variant(5, 8, false, 3, true), Keys::few);
-    EXPECT_EQ(key_variant(6, 8, false, 3, true), Keys::many);
-    EXPECT_EQ(key_variant(6, 8, false, 4, true), Keys::many);
-    EXPECT_EQ(key_variant(3, 8, false, 4, true), Keys::few);
-    EXPECT_EQ(key_variant(3, 8, false, 5, true), Keys::many);
+    EXPECT_EQ(key_variant(5, 8, false, 2, true), Keys::few);
+    EXPECT_EQ(key_variant(6, 8, false, 2, true), Keys::many);
+    EXPECT_EQ(key_variant(3, 8, false, 3, true), Keys::many);
     EXPECT_EQ(key_variant(3, 8, false, 8, true), Keys::many);
     EXPECT_EQ(key_variant(3, 8, false, 8, false), Keys::few);  // no tensor-core loop (AMD)
+}
+
+TEST(DecodeVariants, StagedItemsTakeTwoRowTilesAtHeadDim64) {
+    // staged_row_tiles(keys, rows, head_dim): 16-row passes at d64 for 9-16 rows up to 12 keys.
+    EXPECT_EQ(staged_row_tiles(12, 9, 64), 2);
+    EXPECT_EQ(staged_row_tiles(3, 16, 64), 2);
+    EXPECT_EQ(staged_row_tiles(13, 16, 64), 1);
+    EXPECT_EQ(staged_row_tiles(12, 8, 64), 1);
+    EXPECT_EQ(staged_row_tiles(5, 16, 128), 1);
+    EXPECT_EQ(staged_row_tiles(5, 16, 256), 1);
 }
 
 TEST(DecodeVariants, FewKeyRangesPerHeadDimAndWave) {

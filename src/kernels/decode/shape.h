@@ -23,18 +23,19 @@ inline constexpr int kShortKeyRange = 2;
 inline constexpr int kMaxFewKeys = 16;
 // Beside warp MMAs (where the loop runs on tensor cores) the few-keys variant comes in two narrow
 // ranges, 4 and 8 keys (narrow_few_range()), each a team of lanes per work item, so that a warp
-// holds the loads of 2 to 8 work items at once; it takes up to 8 keys and 4 query rows per KV
-// head, and at up to 4 keys more rows in passes of 4 (narrow_rows_at_four_keys()). Past them
-// the tensor-core variant: 16 keys, or more rows (one read of K/V where the few-keys variant
-// would take several passes; 8 rows at 8 keys measured faster on it), except one row per KV
-// head at up to the wide range's 16 keys, which the wide few-keys variant takes: a warp's
-// step of the loop holds one row's few keys, where a wide team holds two work items
-// (docs/decisions.md, "The short-key grid on an H200").
+// holds the loads of 2 to 8 work items at once; they take the few rows per KV head that the
+// tensor-core variant's passes of 8 rows would mostly leave empty (narrow_few_takes()). The rest
+// of up to 16 keys runs on the tensor-core variant with its items staged in shared memory, except
+// one row per KV head at up to the wide range's 16 keys, which the wide few-keys variant takes: a
+// warp's step of the loop holds one row's few keys, where a wide team holds two work items
+// (docs/decisions.md, "Decode: one-step items staged a work item ahead").
 inline constexpr int kMaxNarrowFewKeys = 8;
-inline constexpr int kMaxNarrowFewRows = 4;
-// Rows per KV head the 4-key range takes in passes of 4: each pass re-reads its few keys from L2,
-// cheaper than the loop's 8-row passes up to 16 rows at d64 and 12 at d128 (measured).
-constexpr int narrow_rows_at_four_keys(int head_dim) { return head_dim <= 64 ? 16 : 12; }
+// Whether a narrow range takes `rows` rows per KV head at seqlen_kv keys (3 to 8), in passes of 4:
+// up to 4 rows; at d64 also 9 to 12 (three passes of 4 against a second pass of 8 at most half
+// full); at 5-8 keys d128 only up to 2 (measured on the short-key grid).
+constexpr bool narrow_few_takes(int seqlen_kv, int rows, int head_dim) {
+    return seqlen_kv <= 4 ? rows <= 4 || (head_dim <= 64 && rows > 8 && rows <= 12) : rows <= (head_dim <= 64 ? 4 : 2);
+}
 // The 8-key range computes kMinNarrowSlots to 8 key slots a lane, by the launch's seqlen_kv (the
 // slots past it hold no key of any item): one straight-line copy of the step per slot count, one
 // branch a launch, where 5 keys computed all 8 slots (docs/decisions.md).
@@ -46,11 +47,19 @@ constexpr int narrow_few_range(int seqlen_kv) { return seqlen_kv <= 4 ? 4 : kMax
 
 // Where the loop runs on warp MMAs but the narrow ranges do not (head dim 256), the wide
 // few-keys variant keeps few rows per KV head: it reads a row's keys once per row (more than 4
-// rows in passes of 4), where the tensor-core loop's one step reads them once for up to 8 rows,
-// faster from 5 rows at 3 keys and from 3 rows at 6 (docs/decisions.md, "Tenth session", and
-// "The short-key grid on an H200").
-inline constexpr int kMinLoopRows = 5;
-inline constexpr int kMinLoopRowsFromSixKeys = 3;
+// rows in passes of 4), where the tensor-core variant's one step reads them once for up to 8
+// rows, faster from 3 rows at 3 keys and from 2 rows at 6 (docs/decisions.md, "Decode: one-step
+// items staged a work item ahead").
+inline constexpr int kMinLoopRows = 3;
+inline constexpr int kMinLoopRowsFromSixKeys = 2;
+
+// Row tiles of 8 rows a pass of the staged tensor-core variant takes (decode/tensor_core.h): two
+// at d64 for 9-16 rows per KV head up to 12 keys, where a second pass of 8 would repeat an item's
+// fixed cost for few bytes; d128 spills with two, and d256 gained only on part of that range
+// (measured on the short-key grid).
+constexpr int staged_row_tiles(int seqlen_kv, int rows, int head_dim) {
+    return head_dim <= 64 && rows > 8 && seqlen_kv <= 12 ? 2 : 1;
+}
 
 // The heuristic's choice of key variant for seqlen_kv keys and `rows` query rows per KV head,
 // where the `few` variant takes up to few_range keys. Two keys keep the `two` variant (one key
@@ -60,8 +69,7 @@ inline constexpr int kMinLoopRowsFromSixKeys = 3;
 constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = false, int rows = 1, bool tensor_loop = false,
                            int head_dim = 128) {
     return seqlen_kv <= kShortKeyRange ? Keys::two
-           : tensor_cores ? ((seqlen_kv <= kMaxNarrowFewKeys && rows <= kMaxNarrowFewRows) ||
-                                     (narrow_few_range(seqlen_kv) == 4 && rows <= narrow_rows_at_four_keys(head_dim)) ||
+           : tensor_cores ? ((seqlen_kv <= kMaxNarrowFewKeys && narrow_few_takes(seqlen_kv, rows, head_dim)) ||
                                      (seqlen_kv <= few_range && rows == 1)
                                  ? Keys::few
                                  : Keys::many)
@@ -84,6 +92,9 @@ struct BlockShape {
     // Whether the variant takes FwdParams' run-time options (softcapping, ALiBi, paged KV);
     // see WithOptions.
     static constexpr bool kOptions = false;
+    // Whether the variant's warps copy their next work item into shared memory while they
+    // compute one (the tensor-core variant's one-step launches, decode/tensor_core.h).
+    static constexpr bool kStagesItems = false;
 };
 
 // Variant Base that also takes the run-time options, each behind a branch uniform over the

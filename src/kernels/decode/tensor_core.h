@@ -27,7 +27,12 @@ namespace decode {
 // product is free, so K and Q fragments are plain 16-byte vectors (lane 4g + t: keys g and
 // g + 8, vectors 4i + t of the row); a V^T register pairs two keys, built from two 16-byte
 // rows by one byte permute (lane 4g + t: keys 2t, 2t + 1, 2t + 8, 2t + 9, vectors g + 8j).
-template <class Config, int RowTiles>
+//
+// StagesItems: launches whose every key fits one step (seqlen_kv <= 16) walk their items with
+// persistent warps, each copying its next item's Q, K and V into shared memory (cp.async) while
+// it computes this one: an item of few keys is otherwise a chain of two trips to memory that
+// its warp runs alone (docs/decisions.md, "Decode: one-step items staged a work item ahead").
+template <class Config, int RowTiles, bool StagesItems = false>
 struct MmaTraits : BlockShape {
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kGroupWidth = 32;  // a warp
@@ -41,19 +46,20 @@ struct MmaTraits : BlockShape {
     static constexpr int kVVectors = kHeadDim / 64;  // per key and lane
     static constexpr int kDimTiles = kHeadDim / 16;  // M tiles of O^T
     static constexpr bool kWarpMma = true;
-    static constexpr bool kShortKeys = false;
+    static constexpr bool kStagesItems = StagesItems;
+    static constexpr bool kShortKeys = StagesItems;  // one step: no loop, no key splits
     static constexpr Keys kKeys = Keys::many;
-    static constexpr int kKeyRange = INT32_MAX;
+    static constexpr int kKeyRange = StagesItems ? kKeysPerStep : INT32_MAX;
     // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per
     // multiprocessor; asking for it measured faster on the long-KV cases (docs/decisions.md).
     // Head dim 256 (one row tile) takes up to 255: 2 blocks, each warp's 16 KB step in flight.
-    static constexpr int kMinBlocks = kHeadDim > 128 ? 2 : RowTiles == 1 ? 4 : 1;
+    static constexpr int kMinBlocks = kHeadDim > 128 ? 2 : RowTiles == 1 || StagesItems ? 4 : 1;
     // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
     // of the key loop measured faster; two row tiles (registers to spare at 1 block per
     // multiprocessor) measured slower with it (docs/decisions.md). At head dim 256 they take
     // 16 KB, which beside a split launch's merge buffer passes the 48 KB a block gets unasked
     // (resident_blocks() asks).
-    static constexpr bool kQueryInShared = RowTiles == 1;
+    static constexpr bool kQueryInShared = RowTiles == 1 || StagesItems;  // staged items: always
 
     static_assert(kVec == 8 && kHeadDim % 64 == 0, "fragments are built from 16-byte vectors");
     static_assert(wave_size(Config::arch) == kGroupWidth, "MMAs take a whole warp");
@@ -61,6 +67,15 @@ struct MmaTraits : BlockShape {
 
 // Word w (0..3) of a 16-byte vector.
 __device__ inline uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
+
+// Staged items' rows in shared memory, [row][16-byte chunk], the chunks of row r permuted by
+// an XOR with (r & 6) ^ 4 (r & 1): the copies (a warp's lanes on consecutive chunks) and the
+// fragment reads (8 lanes a phase: two rows' 64 bytes for K and Q, four rows' 32 for V) then
+// meet no bank twice. The index of chunk c of row r:
+template <class T>
+__device__ inline int staged_chunk(int r, int c) {
+    return r * (T::kHeadDim / 8) + (c ^ (r & 6) ^ ((r & 1) << 2));
+}
 
 // A lane's Q^T fragments (B of S^T = K Q^T), [row tile][vector]: in registers or, where
 // T::kQueryInShared, in the lane's own slots of shared memory, read back at every use.
@@ -91,7 +106,9 @@ struct QueryFragments {
         if constexpr (kCopied) copy_async_wait_all();
     }
     __device__ uint4 get(int rt, int i) const {
-        if constexpr (T::kQueryInShared) return load_shared_volatile(&shared[rt][i][lane]);
+        // Staged items hold the same bytes as rows (StagedRows): row 8 rt + g, chunk 4i + t.
+        if constexpr (T::kStagesItems) return load_shared_volatile(&shared[0][0][0] + staged_chunk<T>(8 * rt + lane / 4, 4 * i + lane % 4));
+        else if constexpr (T::kQueryInShared) return load_shared_volatile(&shared[rt][i][lane]);
         else return registers[rt][i];
     }
 };
@@ -111,12 +128,47 @@ struct OptionSlots {
     uint4 pages[32];  // the work item's StepPages {entry, shift} and KV head
 };
 
+// A warp's staged K and V rows (dynamic shared memory: at head dim 256 a block's pass 48 KB).
+template <class T>
+struct StagedRows {
+    uint4 k[T::kKeysPerStep * T::kHeadDim / 8], v[T::kKeysPerStep * T::kHeadDim / 8];
+};
+
+// Copies Rows rows into a staged tile, the warp's lanes on consecutive 16-byte chunks, so that
+// each copy instruction reads whole sectors (the fragments' own order, 64 bytes a row over
+// four neighbouring lanes, read each sector twice through L2; docs/decisions.md). row(r):
+// where row r starts and whether it exists (zeros where not).
+template <class T, int Rows, class RowFn>
+__device__ inline void copy_rows(uint4* tile, int lane, RowFn&& row) {
+    constexpr int kChunks = T::kHeadDim / 8, kRowsPerCopy = 32 / kChunks;
+    const int chunk = lane % kChunks;
+#pragma unroll
+    for (int first = 0; first < Rows; first += kRowsPerCopy) {
+        const int r = first + lane / kChunks;
+        const auto [start, valid] = row(r);
+        copy_async<16>(&tile[staged_chunk<T>(r, chunk)], start + chunk * 8, valid);
+    }
+}
+
+// Where a row starts in global memory, and whether it exists.
+struct GlobalRow {
+    const uint16_t* start;
+    bool valid;
+};
+
+// A work item and the keys its pass sees, [kv_lo, kv_hi).
+struct ItemKeys {
+    WorkItem item;
+    int kv_lo, kv_hi;
+};
+
 template <class T, class Config>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(const FwdParams p, const Plan plan) {
     constexpr DType kDType = Config::dtype;
     using Numeric = DTypeTraits<kDType>;
     constexpr int RT = T::kRowTiles, KV = T::kKVectors, VV = T::kVVectors, kTiles = T::kDimTiles;
     constexpr bool kMasked = Config::mask == Mask::causal;
+    static_assert(!(T::kStagesItems && T::kOptions), "staged items: the plain variant only");
 
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_in_block = threadIdx.x / 32;
@@ -124,32 +176,60 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
     const auto* q_base = static_cast<const uint16_t*>(p.q);
     const auto* k_base = static_cast<const uint16_t*>(p.k);
     const auto* v_base = static_cast<const uint16_t*>(p.v);
-    extern __shared__ float4 block_shared[];  // split launches: BlockPartials
+    extern __shared__ float4 block_shared[];  // split launches: BlockPartials; staged items: StagedRows
     const BlockPartials<T> block(reinterpret_cast<float*>(block_shared));
+    StagedRows<T>& staged = reinterpret_cast<StagedRows<T>*>(block_shared)[T::kStagesItems ? warp_in_block : 0];
     __shared__ typename QueryFragments<T>::Shared query_shared[T::kQueryInShared ? T::kGroups : 1];
     __shared__ OptionSlots<T> option_slots[T::kOptions ? T::kGroups : 1];
 
+    // Staged items: copies the Q, K and V rows of the item at `index` into the warp's tiles
+    // (zeros past its keys and rows; an index past the last item copies only zeros).
+    [[maybe_unused]] auto stage = [&](int64_t index) {
+        ItemKeys at{locate<false>(p, plan, index)};
+        pass_key_range<kMasked>(p, plan, at.item, T::kRows, at.kv_lo, at.kv_hi);
+        copy_rows<T, T::kRows>(&query_shared[warp_in_block][0][0][0], lane, [&](int r) {
+            const QueryRow row = query_row(p, plan, at.item, at.item.pass * T::kRows + r);
+            return GlobalRow{row_start(q_base, p.q_strides, nullptr, at.item.batch, row.head, row.position), row.valid};
+        });
+        const uint16_t* k_rows = row_start(k_base, p.k_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
+        const uint16_t* v_rows = row_start(v_base, p.v_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
+        copy_rows<T, T::kKeysPerStep>(staged.k, lane, [&](int r) {
+            return GlobalRow{k_rows + int64_t(r) * p.k_strides.row, at.kv_lo + r < at.kv_hi};
+        });
+        copy_rows<T, T::kKeysPerStep>(staged.v, lane, [&](int r) {
+            return GlobalRow{v_rows + int64_t(r) * p.v_strides.row, at.kv_lo + r < at.kv_hi};
+        });
+        return at;
+    };
+    // Their warps walk the items persistently (the launch has at most a resident wave of
+    // blocks); each item's copies were issued during the warp's previous item.
+    [[maybe_unused]] ItemKeys next;
+    if constexpr (T::kStagesItems) next = stage(int64_t(blockIdx.x) * T::kGroups + warp_in_block);
+
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items;
          first += int64_t(gridDim.x) * T::kGroups) {
-        const WorkItem item = locate<T::kOptions>(p, plan, first + warp_in_block);
+        const WorkItem item = T::kStagesItems ? next.item : locate<T::kOptions>(p, plan, first + warp_in_block);
         const RowSink<T, Config> sink{p, plan, item, block, warp_in_block};
         auto row_at = [&](int r) { return query_row(p, plan, item, item.pass * T::kRows + r); };
 
         int kv_lo, kv_hi;
-        pass_key_range<kMasked>(p, plan, item, T::kRows, kv_lo, kv_hi);
+        if constexpr (T::kStagesItems) kv_lo = next.kv_lo, kv_hi = next.kv_hi;
+        else pass_key_range<kMasked>(p, plan, item, T::kRows, kv_lo, kv_hi);
 
         // Q^T fragments: row 8 rt + g, vectors 4i + t. Rows past the pass's end are zeros; they
-        // compute scores nobody stores.
+        // compute scores nobody stores. (A staged item's are in its tile.)
         QueryFragments<T> q(query_shared[T::kQueryInShared ? warp_in_block : 0], lane);
         // The rows of this lane's scores and outputs: 8 rt + 2t + e.
         QueryRow mine[RT][2];
 #pragma unroll
         for (int rt = 0; rt < RT; ++rt) {
-            const QueryRow row = row_at(8 * rt + g);
-            const uint16_t* src = row_start(q_base, p.q_strides, packed_only<T::kOptions>(p.cu_seqlens_q), item.batch, row.head, row.position);
+            if constexpr (!T::kStagesItems) {
+                const QueryRow row = row_at(8 * rt + g);
+                const uint16_t* src = row_start(q_base, p.q_strides, packed_only<T::kOptions>(p.cu_seqlens_q), item.batch, row.head, row.position);
 #pragma unroll
-            for (int i = 0; i < KV; ++i)
-                q.load(rt, i, src + (4 * i + t) * 8, row.valid);
+                for (int i = 0; i < KV; ++i)
+                    q.load(rt, i, src + (4 * i + t) * 8, row.valid);
+            }
             mine[rt][0] = row_at(8 * rt + 2 * t);
             mine[rt][1] = row_at(8 * rt + 2 * t + 1);
         }
@@ -197,7 +277,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         // (the keys below kv_lo that this adds are masked for every row), so that each step lies
         // on one page (StepPages): one table entry, loaded a step ahead, places its K and V rows.
         if constexpr (T::kOptions) kv_lo -= kv_lo % T::kKeysPerStep;
-        const int steps = split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.by_splits);
+        // A staged item is one step, run even where it sees no key (its rows then store zeros).
+        const int steps = T::kStagesItems ? 1 : split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.by_splits);
         int page = 0;  // of the step's keys
         if constexpr (T::kOptions) {
             const uint4 slot = load_shared_volatile(&slots.pages[lane]);
@@ -219,25 +300,34 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
             }
             auto k_row = [&](int key) { return k_step + int64_t(key - row0_key) * p.k_strides.row; };
             auto v_row = [&](int key) { return v_step + int64_t(key - row0_key) * p.v_strides.row; };
-            // Every load of the step first: K keys base + g + 8h; V keys base + 2t + (s & 1) + 8 (s / 2).
+            if constexpr (T::kStagesItems) {  // its copies, every lane's
+                copy_async_wait_all();
+                sync_warp();
+            }
+            // Every load of the step first: K keys base + g + 8h; V keys base + 2t + (s & 1) + 8 (s / 2)
+            // (a staged item's from its tiles, whose rows start at base).
             uint4 k[2][KV], v[4][VV];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int key = base + g + 8 * h;
 #pragma unroll
-                for (int i = 0; i < KV; ++i)
-                    k[h][i] = key < kv_hi ? *reinterpret_cast<const uint4*>(k_row(key) + (4 * i + t) * 8)
-                                          : make_uint4(0, 0, 0, 0);
+                for (int i = 0; i < KV; ++i) {
+                    if constexpr (T::kStagesItems) k[h][i] = load_shared_volatile(&staged.k[staged_chunk<T>(g + 8 * h, 4 * i + t)]);
+                    else k[h][i] = key < kv_hi ? *reinterpret_cast<const uint4*>(k_row(key) + (4 * i + t) * 8)
+                                               : make_uint4(0, 0, 0, 0);
+                }
             }
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
                 const int key = base + 2 * t + (s & 1) + 8 * (s / 2);
 #pragma unroll
-                for (int j = 0; j < VV; ++j)
-                    v[s][j] = key < kv_hi ? *reinterpret_cast<const uint4*>(v_row(key) + (g + 8 * j) * 8)
-                                          : make_uint4(0, 0, 0, 0);
+                for (int j = 0; j < VV; ++j) {
+                    if constexpr (T::kStagesItems) v[s][j] = load_shared_volatile(&staged.v[staged_chunk<T>(key - base, g + 8 * j)]);
+                    else v[s][j] = key < kv_hi ? *reinterpret_cast<const uint4*>(v_row(key) + (g + 8 * j) * 8)
+                                               : make_uint4(0, 0, 0, 0);
+                }
             }
-            q.wait();  // Q's copies, once the first step's loads are out (later steps: nothing to wait for)
+            if constexpr (!T::kStagesItems) q.wait();  // Q's copies, once the first step's loads are out (later steps: nothing to wait for)
 
             // V^T fragments, shared by the row tiles. Tile 4j + w holds head dims
             // 8 (g + 8j) + 2w (A row g: low halves) and that + 1 (A row g + 8: high halves).
@@ -267,6 +357,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                                                word(k[0][i], 2 * half + 1), word(k[1][i], 2 * half + 1)};
                         const uint32_t b[2] = {word(qi, 2 * half), word(qi, 2 * half + 1)};
                         mma_16x8x16<kDType>(s, a, b);
+                    }
+                }
+                // Staged items: the tiles are read (every fragment is in an MMA or in V^T's), so the
+                // warp's next item's copies may go out.
+                if constexpr (T::kStagesItems) {
+                    if (rt == RT - 1) {
+                        sync_warp();  // every lane's reads
+                        next = stage(first + int64_t(gridDim.x) * T::kGroups + warp_in_block);
                     }
                 }
 
@@ -313,7 +411,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                 for (int m = 0; m < kTiles; ++m) mma_16x8x16<kDType>(acc[rt][m], vt[m], pb);
             }
         }
-        q.wait();  // (a range of no steps) no copy may land in the next work item's Q
+        if constexpr (!T::kStagesItems) q.wait();  // (a range of no steps) no copy may land in the next work item's Q
 
         // Store: lane 4g + t holds rows 8 rt + 2t + e, head dims 8 (g + 8j) + 2w (acc[..][4j + w][e])
         // and + 1 (acc[..][4j + w][2 + e]). A row that saw no key gets zeros.
@@ -345,6 +443,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
             if (plan.block_splits > 1) merge_block<T, Config>(p, plan, first, block);
         }
     }
+    if constexpr (T::kStagesItems) copy_async_wait_all();  // the copies past the last item land before the block ends
 }
 
 }  // namespace decode
