@@ -20,7 +20,8 @@
 //   interleaved keys, so one load instruction of the group reads kSlices consecutive key
 //   rows. Each lane issues the loads of kKeysPerSlice keys of K and V before using any. Every
 //   team keeps its own fp32 online softmax state; the slices are merged at the end.
-// - long keys on tensor cores (archs with mma.sync): see MmaTraits (decode/tensor_core.h).
+// - long keys on tensor cores (archs with mma.sync): see MmaTraits (decode/tensor_core.h); its
+//   staged form takes the plain launches of up to 16 keys that the few-keys variant does not.
 // Launches with run-time options (softcapping, ALiBi, paged KV) take a few-keys and a long-keys
 // variant compiled with them (WithOptions); the others run code that has none of them.
 //
@@ -56,7 +57,7 @@ constexpr auto attend_kernel_of() {
     else return &attend_kernel<T, Config>;
 }
 
-// The dynamic shared memory of a launch: a staged variant's slots, else a split launch's merge
+// The dynamic shared memory of a launch: a staged variant's K/V tiles, else a split launch's merge
 // buffer (where it has one).
 template <class T>
 constexpr size_t dynamic_shared_bytes() {
