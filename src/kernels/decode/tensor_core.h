@@ -134,6 +134,12 @@ struct StagedRows {
     uint4 k[T::kKeysPerStep * T::kHeadDim / 8], v[T::kKeysPerStep * T::kHeadDim / 8];
 };
 
+// Where a row starts in global memory, and whether it exists.
+struct GlobalRow {
+    const uint16_t* start;
+    bool valid;
+};
+
 // Copies Rows rows into a staged tile, the warp's lanes on consecutive 16-byte chunks, so that
 // each copy instruction reads whole sectors (the fragments' own order, 64 bytes a row over
 // four neighbouring lanes, read each sector twice through L2; docs/decisions.md). row(r):
@@ -149,12 +155,6 @@ __device__ inline void copy_rows(uint4* tile, int lane, RowFn&& row) {
         copy_async<16>(&tile[staged_chunk<T>(r, chunk)], start + chunk * 8, valid);
     }
 }
-
-// Where a row starts in global memory, and whether it exists.
-struct GlobalRow {
-    const uint16_t* start;
-    bool valid;
-};
 
 // A work item and the keys its pass sees, [kv_lo, kv_hi).
 struct ItemKeys {
