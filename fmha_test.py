@@ -649,8 +649,9 @@ def test_fmha_exe_checks_the_serving_options(name):
     kernel = re.search(r"^Kernel\.+: (\S+) \((.*)\)$", result.stdout, re.M)
     assert kernel, result.stdout
     paged = "-paged-kv" in SERVING_RUNS[name]
-    if "_decode_" in kernel.group(1):
-        assert re.search(r"^Launch\.+: .* variant with run-time options", result.stdout, re.M), result.stdout
+    if "_decode_" in kernel.group(1):  # paged launches with no other option: the variant with paging alone, on tensor cores
+        variant = "(run-time options|paged KV)" if paged else "run-time options"
+        assert re.search(rf"^Launch\.+: .* variant with {variant}", result.stdout, re.M), result.stdout
     elif "_mmaprefill_" in kernel.group(1):  # the wgmma loop takes them all
         assert kernel.group(1).endswith("_sm90"), result.stdout
         assert re.search(r"^Launch\.+: .* the kernel with the serving options", result.stdout, re.M), result.stdout
@@ -758,7 +759,9 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
      r"few-keys \(up to 4\) variant \(4 query row\(s\) a pass\), 24576 work items of \d+ lanes; keys not split$"),
     (["-b", "1024", "-h", "32", "-gqa", "8", "-s-q", "3", "-s", "3", "-d", "128"],
      r"tensor-core staged one-step variant \(8 query row\(s\) a pass\), 16384 work items of 32 lanes; keys not split$"),
-    (SHAPES["long4k_paged16"].fmha_args(), r"tensor-core variant with run-time options \(8 query row\(s\) a pass\), .* merged in shared memory$"),
+    (SHAPES["long4k_paged16"].fmha_args(), r"tensor-core variant with paged KV \(8 query row\(s\) a pass\), .* merged in shared memory$"),
+    (SHAPES["long4k_paged16"].fmha_args() + ["-alibi"],
+     r"tensor-core variant with run-time options \(8 query row\(s\) a pass\), .* merged in shared memory$"),
     (SHAPES["long4k"].fmha_args(),
      r"variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys split \d+ ways .*, \d+ merged in shared memory$"),
     (SHAPES["long32k_b1"].fmha_args(),

@@ -23,7 +23,9 @@
 // - long keys on tensor cores (archs with mma.sync): see MmaTraits (decode/tensor_core.h); its
 //   staged form takes the plain launches of up to 16 keys that the few-keys variant does not.
 // Launches with run-time options (softcapping, ALiBi, paged KV) take a few-keys and a long-keys
-// variant compiled with them (WithOptions); the others run code that has none of them.
+// variant compiled with them (WithOptions), paged launches with no other option the long-keys
+// one compiled with paging alone where it runs on tensor cores (WithPages); the others run code
+// that has none of them.
 //
 // Long key ranges with few work items are split across groups (decode/plan.h), the splits
 // of an item interleaved step by step. Each split yields an fp32 partial output and
@@ -149,8 +151,12 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         // One variant per key range instead of one per row count keeps the build time: more
         // rows than a pass holds take more passes. The few-keys variant serves two keys too.
         if (keys != Keys::many) return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::few>>{});
-        if constexpr (kUsesWarpMma<Config, GroupWidth>) return fn(WithOptions<MmaTraits<Config, 1>>{});
-        else return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::many>>{});
+        if constexpr (kUsesWarpMma<Config, GroupWidth>) {
+            if (pages_only(p)) return fn(WithPages<MmaTraits<Config, 1>>{});
+            return fn(WithOptions<MmaTraits<Config, 1>>{});
+        } else {
+            return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::many>>{});
+        }
     }
     if (keys == Keys::two) {
         // More rows take passes of 4, which re-read their two K/V rows from L2: cheaper than
@@ -213,7 +219,7 @@ std::string describe(const FwdParams& p) {
                                     : !T::kShortKeys            ? "CUDA-core long-keys"
                                     : T::kKeys == Keys::two       ? "short-keys"
                                                                 : "few-keys (up to " + std::to_string(T::kKeyRange) + ")";
-        std::string text = variant + (T::kOptions ? " variant with run-time options (" : " variant (") + std::to_string(T::kRows) + " query row(s) a pass), " +
+        std::string text = variant + (T::kOptions ? " variant with run-time options (" : T::kPaged ? " variant with paged KV (" : " variant (") + std::to_string(T::kRows) + " query row(s) a pass), " +
                            std::to_string(split.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes; ";
         if (split.splits == 1) return text + "keys not split";
         text += "keys split " + std::to_string(split.splits) + " ways per (batch, KV head, pass)";

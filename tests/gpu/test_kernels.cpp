@@ -137,6 +137,8 @@ std::vector<GpuCase> option_cases(const KernelKey& key) {
         with({make(key, 5, h, h_kv, 40, 40), {{1, 40, 17, 33, 2}, {1, 40, 17, 33, 2}}, seed++}, {5.f, true, 16});
         with({make(key, 3, h, h_kv, 1, 90), {{1, 1, 1}, {90, 1, 65}}, seed++}, {5.f, true, 32});
         with({make(key, 3, h, h_kv, 1, 16), {{1, 1, 1}, {16, 3, 11}}, seed++}, {5.f, true, 16});
+        // Pages alone past the few-keys range (the decode family's variant with paging only).
+        with({make(key, 3, h, h_kv, 2, 300), {{2, 1, 2}, {300, 17, 129}}, seed++}, {0.f, false, 64});
         if (key.mask == Mask::causal) {
             for (int window : {1, 5, 64}) {
                 GpuCase windowed{make(key, 2, h, h_kv, 129, 200), {}, seed++};
@@ -151,6 +153,7 @@ std::vector<GpuCase> option_cases(const KernelKey& key) {
             GpuCase step_windowed{make(key, 2, h, h_kv, 2, 300), {}, seed++};
             step_windowed.problem.mask = AttentionMask::local(37, 2);
             with(step_windowed, {0.f, true, 16});
+            with(step_windowed, {0.f, false, 32});
         }
     }
     return cases;
@@ -358,6 +361,10 @@ TEST(SplitKv, LongKeyRangesOfFewSequences) {
         GpuCase paged_varlen{make(key, 3, 4, h_kv, 2, 32768), {{2, 1, 2}, {32768, 77, 20000}}, 26};
         paged_varlen.problem.page_size = 256, paged_varlen.problem.alibi = true;
         cases.push_back(paged_varlen);
+        // A paged cache alone: the variant compiled with paging only (decode.h, WithPages).
+        GpuCase paged_alone{make(key, 3, 4, h_kv, 1, 6001), {{1, 1, 1}, {6001, 33, 4000}}, 27};
+        paged_alone.problem.page_size = 16;
+        cases.push_back(paged_alone);
         for (const GpuCase& c : cases) {
             EXPECT_GT(kernel.workspace(shape_params(c.problem)), 0u) << kernel.name << " did not split " << c.describe();
             const CaseResult r = run_case(kernel, c);

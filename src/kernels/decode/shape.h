@@ -89,9 +89,11 @@ struct BlockShape {
     static constexpr int kMaxSplits = 128;
     static constexpr int kMaxWideSplits = 512;
     static constexpr int kMaxBlockPartialBytes = 48 * 1024;  // shared memory any launch may ask for
-    // Whether the variant takes FwdParams' run-time options (softcapping, ALiBi, paged KV);
-    // see WithOptions.
+    // Whether the variant takes FwdParams' run-time options (softcapping, ALiBi, paged KV,
+    // packed batches); see WithOptions. kPaged: whether it reads K and V through a block table
+    // (WithOptions, WithPages).
     static constexpr bool kOptions = false;
+    static constexpr bool kPaged = false;
     // Whether the variant's warps copy their next work item into shared memory while they
     // compute one (the tensor-core variant's one-step launches, decode/tensor_core.h).
     static constexpr bool kStagesItems = false;
@@ -102,6 +104,15 @@ struct BlockShape {
 template <class Base>
 struct WithOptions : Base {
     static constexpr bool kOptions = true;
+    static constexpr bool kPaged = true;
+};
+
+// Variant Base that reads K and V through a block table and takes no other option: a paged
+// cache's plain launches, which the options variant's per-row state in shared memory slowed by
+// about a step's latency where every warp runs one short chain (docs/decisions.md).
+template <class Base>
+struct WithPages : Base {
+    static constexpr bool kPaged = true;
 };
 
 // MaxGroupWidth: the wave size, or less (tests). KeyRange: Keys::two, the variant whose key

@@ -215,6 +215,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         int kv_lo, kv_hi;
         if constexpr (T::kStagesItems) kv_lo = next.kv_lo, kv_hi = next.kv_hi;
         else pass_key_range<kMasked>(p, plan, item, T::kRows, kv_lo, kv_hi);
+        // A paged variant's rows (the options variant's, packed ones too). Its steps start on
+        // multiples of 16 keys (the keys below kv_lo that this adds are masked for every row), so
+        // that each step lies on one page (StepPages): one table entry, loaded a step ahead,
+        // places its K and V rows; the first step's is read before anything else, so that its
+        // latency passes under Q's loads and the rows' setup rather than before the first K loads.
+        int page = 0;  // of the step's keys
+        auto item_pages = [&] { return StepPages::of(p.block_table, p.cu_seqlens_kv, p.max_pages_per_seq, p.page_size, item.batch); };
+        if constexpr (T::kPaged) {
+            kv_lo -= kv_lo % T::kKeysPerStep;
+            const int first_key = kv_lo + item.split * T::kKeysPerStep;
+            if (first_key < kv_hi) page = item_pages().page_of(p.block_table, first_key);
+        }
 
         // Q^T fragments: row 8 rt + g, vectors 4i + t. Rows past the pass's end are zeros; they
         // compute scores nobody stores. (A staged item's are in its tile.)
@@ -236,7 +248,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         OptionSlots<T>& slots = option_slots[T::kOptions ? warp_in_block : 0];
         if constexpr (T::kOptions) {
             const ScoreRule rule = ScoreRule::of(p.scale, p.softcap);
-            const StepPages pages = StepPages::of(p.block_table, p.cu_seqlens_kv, p.max_pages_per_seq, p.page_size, item.batch);
+            const StepPages pages = item_pages();
             slots.rule[lane] = make_uint2(__float_as_uint(rule.dot_scale), __float_as_uint(rule.cap_log2));
             slots.pages[lane] = make_uint4(pages.entry, pages.shift, item.head_kv, 0);
 #pragma unroll
@@ -270,28 +282,21 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
         // Orders nothing (a lane reads back only its own slots), but ptxas schedules the key loop
         // after it differently: without it Q in shared memory measured no faster (docs/decisions.md).
         if constexpr (T::kQueryInShared) sync_warp();
-        // The plain variant's rows (the options variant's, packed ones too, are k_step's below).
+        // The plain variant's rows (a paged variant's are k_step's below).
         const uint16_t* k_rows = row_start(k_base, p.k_strides, nullptr, item.batch, item.head_kv, 0);
         const uint16_t* v_rows = row_start(v_base, p.v_strides, nullptr, item.batch, item.head_kv, 0);
-        // The options variant's rows, which may be paged. Its steps start on multiples of 16 keys
-        // (the keys below kv_lo that this adds are masked for every row), so that each step lies
-        // on one page (StepPages): one table entry, loaded a step ahead, places its K and V rows.
-        if constexpr (T::kOptions) kv_lo -= kv_lo % T::kKeysPerStep;
         // A staged item is one step, run even where it sees no key (its rows then store zeros).
         const int steps = T::kStagesItems ? 1 : split_steps(kv_lo, kv_hi, T::kKeysPerStep, item.split, plan.by_splits);
-        int page = 0;  // of the step's keys
-        if constexpr (T::kOptions) {
-            const uint4 slot = load_shared_volatile(&slots.pages[lane]);
-            if (steps > 0) page = StepPages{int(slot.x), int(slot.y)}.page_of(p.block_table, kv_lo + item.split * T::kKeysPerStep);
-        }
         for (int step = 0; step < steps; ++step) {
             const int base = kv_lo + (item.split + step * plan.splits) * T::kKeysPerStep;
             // Where the step's rows start: key `row0_key`'s row is k_step (and v_step).
             const uint16_t* k_step = k_rows;
             const uint16_t* v_step = v_rows;
             int row0_key = 0;
-            if constexpr (T::kOptions) {
-                const uint4 slot = load_shared_volatile(&slots.pages[lane]);
+            if constexpr (T::kPaged) {
+                // The options variant keeps the item's paging in its slots ({entry, shift, KV head}).
+                const uint4 slot = T::kOptions ? load_shared_volatile(&slots.pages[lane])
+                                               : make_uint4(item_pages().entry, item_pages().shift, item.head_kv, 0);
                 const int shift = int(slot.y);
                 k_step = StepPages::row(k_base + int64_t(slot.z) * p.k_strides.head, page, base, shift, p.k_strides);
                 v_step = StepPages::row(v_base + int64_t(slot.z) * p.v_strides.head, page, base, shift, p.v_strides);
