@@ -2,6 +2,8 @@
 // follows, per head dim, wave size and group width, and the shapes of the few-keys variant.
 #include <gtest/gtest.h>
 
+#include "fmha/params.h"
+#include "kernels/common/scoring.h"
 #include "kernels/config.h"
 #include "kernels/decode/plan.h"
 #include "kernels/decode/shape.h"
@@ -48,6 +50,30 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
     EXPECT_EQ(narrow_few_range(4), 4);
     EXPECT_EQ(narrow_few_range(5), 8);
     EXPECT_EQ(narrow_few_range(8), 8);
+}
+
+// Paged launches with no other option take the variant compiled with paging alone (decode.h,
+// WithPages); a page size alone counts, as the workspace's plan has one before the block table.
+TEST(DecodeVariants, PagesOnlyMeansNoOtherOption) {
+    FwdParams p{};
+    p.head_dim = 128;
+    EXPECT_FALSE(pages_only(p));
+    p.page_size = 16;
+    EXPECT_TRUE(pages_only(p));
+    const int table[1] = {0}, cu_seqlens[2] = {0, 1};
+    const float slopes[1] = {0.5f};
+    p.block_table = table;
+    EXPECT_TRUE(pages_only(p));
+    auto with = [&](auto change) {
+        FwdParams q = p;
+        change(q);
+        return pages_only(q);
+    };
+    EXPECT_FALSE(with([](FwdParams& q) { q.softcap = 30.f; }));
+    EXPECT_FALSE(with([&](FwdParams& q) { q.alibi_slopes = slopes; }));
+    EXPECT_FALSE(with([&](FwdParams& q) { q.cu_seqlens_q = cu_seqlens; }));
+    EXPECT_FALSE(with([](FwdParams& q) { q.dropout.p = 0.1f; }));
+    EXPECT_FALSE(with([](FwdParams& q) { q.head_dim = 60; }));  // element rows
 }
 
 TEST(DecodeVariants, HeadDim256TakesManyRowsOnTheTensorCoreLoop) {
