@@ -24,11 +24,12 @@ __host__ __device__ inline bool has_run_time_options(const FwdParams& p) {
            p.cu_seqlens_q != nullptr || p.cu_seqlens_kv != nullptr || p.dropout.p != 0.f || element_rows(p.head_dim);
 }
 
-// Whether a paged KV cache is the launch's only run-time option (padded Q, plain scores); as
-// above, a page size alone counts.
-__host__ __device__ inline bool pages_only(const FwdParams& p) {
-    return (p.block_table != nullptr || p.page_size != 0) && p.softcap == 0.f && p.alibi_slopes == nullptr && p.cu_seqlens_q == nullptr &&
-           p.cu_seqlens_kv == nullptr && p.dropout.p == 0.f && !element_rows(p.head_dim);
+// Whether a paged KV cache is the launch's only run-time option (as above, a page size alone
+// counts); the launcher's question, on the host.
+inline bool pages_only(const FwdParams& p) {
+    FwdParams unpaged = p;
+    unpaged.block_table = nullptr, unpaged.page_size = 0;
+    return (p.block_table != nullptr || p.page_size != 0) && !has_run_time_options(unpaged);
 }
 
 // Sequence b's ALiBi slopes (FwdParams::alibi_slopes: the same [heads_q] for every sequence, or

@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                                                : make_uint4(0, 0, 0, 0);
                 }
             }
-            if constexpr (!T::kStagesItems) q.wait();  // Q's copies, once the first step's loads are out (later steps: nothing to wait for)
+            q.wait();  // Q's copies, once the first step's loads are out (later steps: nothing to wait for)
 
             // V^T fragments, shared by the row tiles. Tile 4j + w holds head dims
             // 8 (g + 8j) + 2w (A row g: low halves) and that + 1 (A row g + 8: high halves).
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                 for (int m = 0; m < kTiles; ++m) mma_16x8x16<kDType>(acc[rt][m], vt[m], pb);
             }
         }
-        if constexpr (!T::kStagesItems) q.wait();  // (a range of no steps) no copy may land in the next work item's Q
+        q.wait();  // (a range of no steps) no copy may land in the next work item's Q
 
         // Store: lane 4g + t holds rows 8 rt + 2t + e, head dims 8 (g + 8j) + 2w (acc[..][4j + w][e])
         // and + 1 (acc[..][4j + w][2 + e]). A row that saw no key gets zeros.
