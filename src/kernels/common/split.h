@@ -46,26 +46,44 @@ struct SplitWorkspace {
 
 // Merges n partials of a row: out = the sum of exp2(lse - max lse) x partial over 8 columns,
 // the partials `stride` floats apart, their log2-sum-exps `lse_stride` apart. Returns the
-// weights' sum and the max lse (the merged log2-sum-exp is max + log2(total)).
+// weights' sum and the max lse (the merged log2-sum-exp is max + log2(total)). The loads of
+// Batch partials go out before any is used: one trip to memory per batch, where a loop that
+// waited for each partial's weight made two per partial (docs/decisions.md).
 struct Merged {
     float max_lse, total;
 };
+template <int Batch>
 __device__ inline Merged merge_partials(const float* lse, int lse_stride, const float* partial, int64_t stride, int n,
                                         float (&out)[8]) {
     Merged m{-INFINITY, 0.f};
 #pragma unroll
     for (int e = 0; e < 8; ++e) out[e] = 0.f;
-    for (int s = 0; s < n; ++s) m.max_lse = fmaxf(m.max_lse, lse[s * lse_stride]);
-    if (m.max_lse == -INFINITY) return m;
-    for (int s = 0; s < n; ++s) {
-        const float weight = exp2f(lse[s * lse_stride] - m.max_lse);
-        if (weight == 0.f) continue;  // a split that saw no key: its partial holds zeros anyway
-        m.total += weight;
-        const float4 a = reinterpret_cast<const float4*>(partial + s * stride)[0];
-        const float4 b = reinterpret_cast<const float4*>(partial + s * stride)[1];
-        const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    for (int first = 0; first < n; first += Batch) {
+        float l[Batch], x[Batch][8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) out[e] = fmaf(weight, x[e], out[e]);
+        for (int j = 0; j < Batch; ++j) {
+            const bool in = first + j < n;
+            const float4 a = in ? reinterpret_cast<const float4*>(partial + (first + j) * stride)[0] : float4{};
+            const float4 b = in ? reinterpret_cast<const float4*>(partial + (first + j) * stride)[1] : float4{};
+            l[j] = in ? lse[(first + j) * lse_stride] : -INFINITY;
+            x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w, x[j][4] = b.x, x[j][5] = b.y, x[j][6] = b.z, x[j][7] = b.w;
+        }
+        float batch_max = m.max_lse;
+#pragma unroll
+        for (int j = 0; j < Batch; ++j) batch_max = fmaxf(batch_max, l[j]);
+        if (batch_max == -INFINITY) continue;  // no split so far saw a key (their partials hold zeros)
+        const float rescale = exp2f(m.max_lse - batch_max);
+        m.max_lse = batch_max;
+        m.total *= rescale;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[e] *= rescale;
+#pragma unroll
+        for (int j = 0; j < Batch; ++j) {
+            const float weight = exp2f(l[j] - batch_max);
+            m.total += weight;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) out[e] = fmaf(weight, x[j][e], out[e]);
+        }
     }
     return m;
 }
@@ -78,6 +96,7 @@ __device__ inline Merged merge_partials(const float* lse, int lse_stride, const 
 // for the sequence's length. One instantiation serves every variant of a config.
 inline constexpr int kCombineLanes = 8;
 inline constexpr int kCombineThreads = 256;  // per block
+inline constexpr int kCombineBatch = 8;      // partials a lane loads at once
 
 template <class Config>
 __global__ void __launch_bounds__(kCombineThreads)
@@ -98,7 +117,7 @@ __global__ void __launch_bounds__(kCombineThreads)
         const int position = row - head_row * p.seqlen_q, head = head_row - batch * p.heads_q;
         const int mine = lane < n ? (n - lane + kCombineLanes - 1) / kCombineLanes : 0;
         float out[8];
-        const Merged m = merge_partials(workspace.lses + int64_t(row) * n + lane, kCombineLanes,
+        const Merged m = merge_partials<kCombineBatch>(workspace.lses + int64_t(row) * n + lane, kCombineLanes,
                                         workspace.partials + (int64_t(row) * n + lane) * Config::head_dim + column,
                                         int64_t(kCombineLanes) * Config::head_dim, mine, out);
         const float max_lse = Team::max(m.max_lse);

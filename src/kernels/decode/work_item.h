@@ -129,8 +129,8 @@ __device__ void merge_block(const FwdParams& p, const Plan& plan, int64_t first,
         const WorkItem item = locate<T::kOptions>(p, plan, first + group);
         const QueryRow row = query_row(p, plan, item, item.pass * T::kRows + r);
         if (!row.valid) continue;
-        float out[8];
-        const Merged m = merge_partials(&block.lse(group, r), T::kRows, block.partial(group, r) + column,
+        float out[8];  // one partial at a time: shared memory answers within cycles (more spilled the options variant)
+        const Merged m = merge_partials<1>(&block.lse(group, r), T::kRows, block.partial(group, r) + column,
                                         T::kRows * T::kHeadDim, plan.block_splits, out);
         const float inv = m.total > 0.f ? 1.f / m.total : 0.f;
         if (plan.workspace_splits == 1) {
