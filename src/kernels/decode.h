@@ -114,6 +114,23 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     return launch_combine<Config>(p, plan.workspace_splits, stream);
 }
 
+// Whether a long-keys launch on warp MMAs takes blocks of kWideWarps (decode/tensor_core.h):
+// where each of its blocks holds the splits of one item (no workspace up to kWideWarps of them,
+// and ragged lengths idle no warp of a block) and its blocks still reach nearly every
+// multiprocessor. Fewer items spread wider in blocks of four: batch 1 x 1k keys, 16 wide blocks,
+// measured 1.5x the time of 64 small ones (docs/decisions.md). Not at head dim 256, whose lanes
+// take up to 255 registers: too many for a block of 16 warps.
+template <class Config>
+inline constexpr bool kHasWideBlocks = Config::head_dim <= 128;
+template <class Config>
+bool takes_wide_blocks(const FwdParams& p) {
+    using Wide = MmaTraits<Config, 1, false, kWideWarps>;
+    const int64_t resident = resident_blocks<Wide, Config>();
+    if (resident == 0) return false;
+    const Plan plan = make_plan<Wide>(p, resident * Wide::kGroups);
+    return plan.splits >= kWideWarps && 8 * (plan.items / kWideWarps) >= 7 * int64_t(multiprocessor_count());
+}
+
 // Warp MMAs for the long-keys variant where the arch has them and whole warps are groups.
 template <class Config, int GroupWidth>
 inline constexpr bool kUsesWarpMma = has_mma_sync(Config::arch) && GroupWidth == wave_size(Config::arch) &&
@@ -152,7 +169,12 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         // rows than a pass holds take more passes. The few-keys variant serves two keys too.
         if (keys != Keys::many) return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::few>>{});
         if constexpr (kUsesWarpMma<Config, GroupWidth>) {
-            if (pages_only(p)) return fn(WithPages<MmaTraits<Config, 1>>{});
+            if (pages_only(p)) {
+                if constexpr (kHasWideBlocks<Config>) {
+                    if (takes_wide_blocks<Config>(p)) return fn(WithPages<MmaTraits<Config, 1, false, kWideWarps>>{});
+                }
+                return fn(WithPages<MmaTraits<Config, 1>>{});
+            }
             return fn(WithOptions<MmaTraits<Config, 1>>{});
         } else {
             return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::many>>{});
@@ -184,6 +206,9 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
                 if (staged_row_tiles(p.seqlen_kv, rows_per_kv_head(p), Config::head_dim) == 2) return fn(MmaTraits<Config, 2, true>{});
             }
             return fn(MmaTraits<Config, 1, true>{});
+        }
+        if constexpr (kHasWideBlocks<Config>) {
+            if (takes_wide_blocks<Config>(p)) return fn(MmaTraits<Config, 1, false, kWideWarps>{});
         }
         return fn(MmaTraits<Config, 1>{});
     } else {
@@ -220,7 +245,8 @@ std::string describe(const FwdParams& p) {
                                     : T::kKeys == Keys::two       ? "short-keys"
                                                                 : "few-keys (up to " + std::to_string(T::kKeyRange) + ")";
         std::string text = variant + (T::kOptions ? " variant with run-time options (" : T::kPaged ? " variant with paged KV (" : " variant (") + std::to_string(T::kRows) + " query row(s) a pass), " +
-                           std::to_string(split.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes; ";
+                           std::to_string(split.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes" +
+                           (T::kThreads > BlockShape::kThreads ? " in blocks of " + std::to_string(T::kGroups) : "") + "; ";
         if (split.splits == 1) return text + "keys not split";
         text += "keys split " + std::to_string(split.splits) + " ways per (batch, KV head, pass)";
         if (split.block_splits > 1) text += ", " + std::to_string(split.block_splits) + " merged in shared memory";

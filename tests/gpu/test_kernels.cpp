@@ -374,6 +374,33 @@ TEST(SplitKv, LongKeyRangesOfFewSequences) {
     if (kernels == 0) GTEST_SKIP() << "no d128 decode kernel for " << test_device().arch_name << " in this build";
 }
 
+// Items whose 16 key splits reach every multiprocessor: on warp MMAs up to head dim 128 a block
+// of 16 warps merges all of an item's splits, so the launch needs no workspace (decode.h,
+// takes_wide_blocks), plain and paged; ragged lengths leave some of an item's splits no key.
+TEST(SplitKv, ItemsOfSixteenSplitsFillingTheDevice) {
+    SKIP_WITHOUT_GPU();
+    int kernels = 0;
+    for (const KernelEntry& kernel : kernel_table()) {
+        const KernelKey& key = kernel.key;
+        if (key.family != Family::decode || key.arch != *test_device().arch || key.head_dim > 128 || !has_mma_sync(key.arch))
+            continue;
+        ++kernels;
+        const int h_kv = key.heads == HeadsKind::mha ? 4 : key.heads == HeadsKind::mqa ? 1 : 2;
+        const int batch = test_device().multiprocessors / h_kv;
+        SeqLens lens;
+        for (int b = 0; b < batch; ++b) lens.q.push_back(1), lens.kv.push_back(b % 3 == 0 ? 1000 : b % 3 == 1 ? 517 : 33);
+        GpuCase plain{make(key, batch, 4, h_kv, 1, 1000), lens, 31};
+        GpuCase paged = plain;
+        paged.seed = 32, paged.problem.page_size = 16;
+        for (const GpuCase& c : {plain, paged}) {
+            EXPECT_EQ(kernel.workspace(shape_params(c.problem)), 0u) << kernel.name << " combined through the workspace " << c.describe();
+            const CaseResult r = run_case(kernel, c);
+            EXPECT_TRUE(r.passed) << kernel.name << ": " << r.message;
+        }
+    }
+    if (kernels == 0) GTEST_SKIP() << "no decode kernel on warp MMAs up to head dim 128 for " << test_device().arch_name << " in this build";
+}
+
 // The device reference is itself checked against the host reference (double precision), its
 // log-sum-exps too.
 TEST(DeviceReference, MatchesHostReference) {

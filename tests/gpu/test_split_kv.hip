@@ -88,12 +88,17 @@ void check_plan_shapes() {
     // Key counts that allow 5 splits (rounded to 4) and 20.
     constexpr int kMinKeys = decode::BlockShape::kMinKeysPerSplit;
     constexpr int kFiveSplits = 4 * kMinKeys + kMinKeys / 4, kTwentySplits = 19 * kMinKeys + kMinKeys / 2;
-    // The variant's groups per block and the device's resident groups.
-    const auto [groups, resident] = decode::with_variant<Config, wave_size(kArch)>(
-        shape_params(problem<Config>(1, kFiveSplits)), [](auto traits) {
-            using T = decltype(traits);
-            return std::pair{T::kGroups, decode::resident_blocks<T, Config>() * T::kGroups};
-        });
+    // Groups per block of the variant a problem takes; the device's resident groups of the one
+    // that takes a single item at kFiveSplits keys.
+    const auto groups_of = [](const FwdParams& p) {
+        return decode::with_variant<Config, wave_size(kArch)>(p, [](auto traits) { return decltype(traits)::kGroups; });
+    };
+    const int64_t resident = decode::with_variant<Config, wave_size(kArch)>(
+        shape_params(problem<Config>(1, kFiveSplits)),
+        [](auto traits) { return decode::resident_blocks<decltype(traits), Config>() * decltype(traits)::kGroups; });
+    // Where the loop runs on warp MMAs up to head dim 128, blocks of 16 warps take the items whose
+    // 16 splits reach every multiprocessor (2 KV heads per sequence).
+    const bool wide = decode::kUsesWarpMma<Config, wave_size(kArch)> && decode::kHasWideBlocks<Config>;
     struct Shape {
         const char* what;
         int batch, seqlen_kv, splits;
@@ -103,13 +108,19 @@ void check_plan_shapes() {
         // 2 KV heads per sequence: 2 to 4 resident groups per item.
         {"two splits per item", int(resident / 4), kFiveSplits, 2},
         {"blocks of splits combined in the workspace", 3, kTwentySplits, 20},
+        {"an item's splits in one block of 16 warps", wide ? multiprocessor_count() / 2 : 0, kTwentySplits, 16},
     };
     for (const Shape& s : shapes) {
+        if (s.batch == 0) continue;
         GpuCase c{problem<Config>(s.batch, s.seqlen_kv), {}, uint64_t(s.batch)};
         c.lse = true;  // each way of merging splits also yields the log-sum-exps
-        const decode::Plan plan = decode::plan<Config>(shape_params(c.problem));
+        const FwdParams params = shape_params(c.problem);
+        const decode::Plan plan = decode::plan<Config>(params);
+        const int groups = groups_of(params);
+        if (s.splits == decode::kWideWarps) EXPECT_EQ(groups, decode::kWideWarps) << s.what << ": " << c.describe();
         EXPECT_EQ(plan.splits, s.splits) << s.what << ": " << c.describe();
         EXPECT_EQ(plan.block_splits, std::min(s.splits, groups)) << s.what << ": " << c.describe();
+        EXPECT_EQ(plan.workspace_splits, s.splits / plan.block_splits) << s.what << ": " << c.describe();
         const CaseResult r = run_case(kernel, c);
         EXPECT_TRUE(r.passed) << s.what << ": " << r.message;
     }

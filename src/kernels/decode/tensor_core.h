@@ -32,8 +32,17 @@ namespace decode {
 // persistent warps, each copying its next item's Q, K and V into shared memory (cp.async) while
 // it computes this one: an item of few keys is otherwise a chain of two trips to memory that
 // its warp runs alone (docs/decisions.md, "Decode: one-step items staged a work item ahead").
-template <class Config, int RowTiles, bool StagesItems = false>
+//
+// Warps: a block's warps. Four (small blocks, finer occupancy steps), or kWideWarps for the plain
+// and paged launches whose items take at least that many splits: a block then merges all of an
+// item's splits in shared memory, where blocks of four send them through the workspace and the
+// combine kernel (takes_wide_blocks() in decode.h; docs/decisions.md).
+inline constexpr int kWideWarps = 16;
+template <class Config, int RowTiles, bool StagesItems = false, int Warps = 4>
 struct MmaTraits : BlockShape {
+    static constexpr int kThreads = 32 * Warps;
+    // sm_90 blocks may ask for up to 227 KB; a wide block's merge buffer takes 66 KB at head dim 128.
+    static constexpr int kMaxBlockPartialBytes = 96 * 1024;
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kGroupWidth = 32;  // a warp
     static constexpr int kGroups = kThreads / kGroupWidth;
@@ -51,9 +60,9 @@ struct MmaTraits : BlockShape {
     static constexpr Keys kKeys = Keys::many;
     static constexpr int kKeyRange = StagesItems ? kKeysPerStep : INT32_MAX;
     // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per
-    // multiprocessor; asking for it measured faster on the long-KV cases (docs/decisions.md).
+    // multiprocessor, or one wide block; asking for it measured faster on the long-KV cases (docs/decisions.md).
     // Head dim 256 (one row tile) takes up to 255: 2 blocks, each warp's 16 KB step in flight.
-    static constexpr int kMinBlocks = kHeadDim > 128 ? 2 : RowTiles == 1 || StagesItems ? 4 : 1;
+    static constexpr int kMinBlocks = Warps > 4 ? 1 : kHeadDim > 128 ? 2 : RowTiles == 1 || StagesItems ? 4 : 1;
     // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
     // of the key loop measured faster; two row tiles (registers to spare at 1 block per
     // multiprocessor) measured slower with it (docs/decisions.md). At head dim 256 they take
