@@ -114,14 +114,16 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     return launch_combine<Config>(p, plan.workspace_splits, stream);
 }
 
-// Whether a long-keys launch on warp MMAs takes blocks of kWideWarps (decode/tensor_core.h):
-// where each of its blocks holds the splits of one item (no workspace up to kWideWarps of them,
-// and ragged lengths idle no warp of a block) and its blocks still reach nearly every
-// multiprocessor. Fewer items spread wider in blocks of four: batch 1 x 1k keys, 16 wide blocks,
-// measured 1.5x the time of 64 small ones (docs/decisions.md). Not at head dim 256, whose lanes
-// take up to 255 registers: too many for a block of 16 warps.
+// Head dims with blocks of kWideWarps (decode/tensor_core.h): not 256, whose lanes take up to 255
+// registers, too many for 16 warps a block.
 template <class Config>
 inline constexpr bool kHasWideBlocks = Config::head_dim <= 128;
+
+// Whether a long-keys launch on warp MMAs takes wide blocks: where each of its blocks holds the
+// splits of one item (no workspace up to kWideWarps of them, and ragged lengths idle no warp of a
+// block) and its blocks still reach nearly every multiprocessor. Fewer items spread wider in
+// blocks of four: batch 1 x 1k keys, 16 wide blocks, measured 1.5x the time of 64 small ones
+// (docs/decisions.md).
 template <class Config>
 bool takes_wide_blocks(const FwdParams& p) {
     using Wide = MmaTraits<Config, 1, false, kWideWarps>;

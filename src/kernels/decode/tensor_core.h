@@ -59,8 +59,8 @@ struct MmaTraits : BlockShape {
     static constexpr bool kShortKeys = StagesItems;  // one step: no loop, no key splits
     static constexpr Keys kKeys = Keys::many;
     static constexpr int kKeyRange = StagesItems ? kKeysPerStep : INT32_MAX;
-    // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per
-    // multiprocessor, or one wide block; asking for it measured faster on the long-KV cases (docs/decisions.md).
+    // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per multiprocessor,
+    // or one wide block; asking for it measured faster on the long-KV cases (docs/decisions.md).
     // Head dim 256 (one row tile) takes up to 255: 2 blocks, each warp's 16 KB step in flight.
     static constexpr int kMinBlocks = Warps > 4 ? 1 : kHeadDim > 128 ? 2 : RowTiles == 1 || StagesItems ? 4 : 1;
     // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
