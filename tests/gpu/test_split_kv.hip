@@ -45,8 +45,8 @@ TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
         {79, 2},                 // 3 splits' worth: rounded to a power of two or whole blocks
         {20 * G, G},             // one block per item, no workspace
         {20 * (2 * G + 1), 2 * G},  // whole blocks of splits
-        {20 * 2 * T::kMaxSplits, T::kMaxSplits},       // a whole wave at the usual cap
-        {20 * 4 * T::kMaxSplits, 2 * T::kMaxSplits},   // few items: more, up to half a wave
+        {20 * T::kMaxSplits, T::kMaxSplits},           // a whole wave at the usual cap
+        {20 * 2 * T::kMaxSplits, 2 * T::kMaxSplits},   // few items: more, a whole wave
         {int64_t(1) << 40, T::kMaxWideSplits},
     };
     for (const Expected& c : cases) {
@@ -59,6 +59,9 @@ TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
     // Few keys cap the splits at one per kMinKeysPerSplit keys, rounded the same way (3 -> 2).
     const FwdParams short_range = shape_params(problem<Fp16Causal>(10, 3 * T::kMinKeysPerSplit));
     EXPECT_EQ(decode::make_plan<T>(short_range, int64_t(1) << 40).splits, 2);
+    // Past kMaxSplits, splits of at least twice kMinKeysPerSplit keys: 300 of them, in whole blocks.
+    const FwdParams past_cap = shape_params(problem<Fp16Causal>(10, 300 * 2 * T::kMinKeysPerSplit));
+    EXPECT_EQ(decode::make_plan<T>(past_cap, int64_t(1) << 40).splits, 300 / G * G);
 }
 
 // Head dim 256 on warp MMAs where the arch has them: long key ranges, with run-time options

@@ -72,11 +72,13 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
     // that one wave of groups has work; a partial second wave would idle most of the device.
     int splits = 1;
     if (kSplits<T> && base_items < resident_groups) {
-        const int64_t by_length = (p.seqlen_kv + T::kMinKeysPerSplit - 1) / T::kMinKeysPerSplit;
-        // Past kMaxSplits only for very few items, and then only as many as half a wave of groups:
-        // the combine's partials cost more than the extra splits gain (docs/decisions.md).
-        const int64_t cap = std::max<int64_t>(T::kMaxSplits, std::min<int64_t>(T::kMaxWideSplits, resident_groups / (2 * base_items)));
-        splits = int(std::max<int64_t>(1, std::min<int64_t>({resident_groups / base_items, by_length, cap})));
+        // Up to kMaxSplits splits of at least kMinKeysPerSplit keys; past that, up to kMaxWideSplits
+        // of at least twice as many keys (shorter chains there gained less than the combine's
+        // extra partials cost); never more than one wave of groups (docs/decisions.md).
+        const auto by_length = [&](int keys) { return (int64_t(p.seqlen_kv) + keys - 1) / keys; };
+        const int64_t wave = resident_groups / base_items;
+        splits = int(std::max<int64_t>({1, std::min<int64_t>({wave, by_length(T::kMinKeysPerSplit), T::kMaxSplits}),
+                                        std::min<int64_t>({wave, by_length(2 * T::kMinKeysPerSplit), T::kMaxWideSplits})}));
         // Blocks hold whole items' splits (fewer than a block's groups) or whole blocks of them.
         splits = splits < T::kGroups ? pow2_at_most(splits) : splits / T::kGroups * T::kGroups;
     }

@@ -81,10 +81,10 @@ constexpr Keys key_variant(int seqlen_kv, int few_range, bool tensor_cores = fal
 // Block and split sizes every variant shares.
 struct BlockShape {
     static constexpr int kThreads = 128;          // small blocks: finer occupancy steps at high register counts
-    // Splits of at least kMinKeysPerSplit keys, at most kMaxSplits of them, kMaxWideSplits for
-    // one to a few items (multiples of every variant's groups per block): the fastest measured
-    // for few long sequences and for short batch-1 steps, whose time is a warp's chain of key
-    // steps (docs/decisions.md; make_plan).
+    // Splits of at least kMinKeysPerSplit keys, at most kMaxSplits of them; for one to a few
+    // items up to kMaxWideSplits of at least twice as many keys (multiples of every variant's
+    // groups per block): the fastest measured for few long sequences and for short batch-1
+    // steps, whose time is a warp's chain of key steps (docs/decisions.md; make_plan).
     static constexpr int kMinKeysPerSplit = 32;
     static constexpr int kMaxSplits = 128;
     static constexpr int kMaxWideSplits = 512;
