@@ -146,6 +146,22 @@ TEST(TileSchedule, PackedGqaTilesCoverEveryHead) {
     expect_every_row_once(p, walk(p, t, 5, true, 128));
 }
 
+// A packed batch's tiles differ in cost (one virtual block per sequence runs empty), which a
+// persistent grid's fixed rounds do not balance: chunked prefill (few query blocks, many keys)
+// takes a block per tile; short sequences with short keys stay persistent.
+TEST(TileSchedule, PackedBatchesArePersistentOnlyWithFewKeys) {
+    std::vector<int> cu = {0, 512, 1024, 1536, 2048};
+    FwdParams chunks = shape(4, 32, 8, 512, 8192);
+    chunks.cu_seqlens_q = cu.data(), chunks.total_q = cu.back();
+    EXPECT_FALSE(PrefillTiling::of(chunks, 128, true, 8, 132).persistent);
+    chunks.cu_seqlens_q = nullptr;  // the same shape padded: every tile alike, paired rounds
+    EXPECT_TRUE(PrefillTiling::of(chunks, 128, true, 8, 132).persistent);
+
+    FwdParams prompts = shape(4, 32, 8, 512, 512);
+    prompts.cu_seqlens_q = cu.data(), prompts.total_q = cu.back();
+    EXPECT_TRUE(PrefillTiling::of(prompts, 128, true, 8, 132).persistent);
+}
+
 // A packed batch (cu_seqlens): each virtual query block, placed as TileWork places it (its
 // sequence by packed_sequence(), end-aligned from the sequence's end where causal), covers
 // every (sequence, head, position) row once, and long and empty sequences among short ones cost

@@ -67,8 +67,11 @@ struct PrefillTiling {
         t.head_tiles = (group + t.heads_per_tile - 1) / t.heads_per_tile;
         t.query_blocks = (p.seqlen_q + t.rows_per_head - 1) / t.rows_per_head;
         t.end_aligned = causal && t.heads_per_tile == 1;
-        t.persistent = t.query_blocks <= persistent_max_query_blocks;
         t.packed = p.cu_seqlens_q != nullptr;
+        // A packed batch's tiles differ in cost (sequences of any length, virtual blocks that run
+        // empty), which fixed rounds do not balance: persistent only where no tile sees many keys.
+        const int key_blocks = (p.seqlen_kv + block_rows - 1) / block_rows;
+        t.persistent = std::max(t.query_blocks, t.packed ? key_blocks : 0) <= persistent_max_query_blocks;
         if (t.packed) t.query_blocks = p.batch + p.total_q / t.rows_per_head;  // P(batch)
         const int64_t pairs = int64_t(t.packed ? 1 : p.batch) * p.heads_kv;
         const bool many = pairs * t.head_tiles * t.query_blocks > multiprocessors;
