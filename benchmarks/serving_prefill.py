@@ -30,14 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import device_ms  # noqa: E402  (benchmarks/bench.py: CUDA-event timing)
 
-# (name, prompt lengths, heads, KV heads, head_dim, causal)
+# (name, prompt lengths, heads, KV heads, head_dim, causal[, key lengths: chunked prefill, a
+# chunk of new queries against its cached keys, bottom-right causal])
 MIXES = [
     ("skewed 8k + 31 x 128", [8192] + [128] * 31, 32, 8, 128, True),
+    ("skewed 31 x 128 + 8k (long last)", [128] * 31 + [8192], 32, 8, 128, True),
     ("skewed 16k + 255 x 64", [16384] + [64] * 255, 32, 8, 128, True),
     ("uniform 8 x 4k", [4096] * 8, 32, 8, 128, True),
     ("uniform 8 x 4k, no mask", [4096] * 8, 32, 8, 128, False),
     ("mixed 32 x 200..2000 d64", [200 + 58 * i for i in range(32)], 16, 16, 64, True),
     ("skewed 4k + 63 x 300 d256", [4096] + [300] * 63, 16, 8, 256, True),
+    ("chunks 4 x 512 vs 8k keys", [512] * 4, 32, 8, 128, True, [8192] * 4),
+    ("chunks 2048 + 3 x 256 vs 16k + 3 x 4k keys", [2048] + [256] * 3, 32, 8, 128, True, [16384] + [4096] * 3),
 ]
 
 # (name, fmha.exe flags) pairs whose ratio is the options' cost; the first of each is the base.
@@ -72,28 +76,34 @@ def packed_rows(mix, rounds, runs):
     import torch
     import torch.nn.functional as F
     import fmha
-    name, lengths, heads, heads_kv, head_dim, causal = mix
+    name, lengths, heads, heads_kv, head_dim, causal = mix[:6]
+    key_lengths = mix[6] if len(mix) > 6 else lengths
     torch.manual_seed(0)
     total = sum(lengths)
     q = torch.randn(total, heads, head_dim, device="cuda", dtype=torch.float16)
-    k, v = (torch.randn(total, heads_kv, head_dim, device="cuda", dtype=torch.float16) for _ in range(2))
+    k, v = (torch.randn(sum(key_lengths), heads_kv, head_dim, device="cuda", dtype=torch.float16) for _ in range(2))
     cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).int()
-    packed = lambda: fmha.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=causal,
+    cu_k = torch.tensor([0] + key_lengths, device="cuda").cumsum(0).int()
+    packed = lambda: fmha.flash_attn_varlen_func(q, k, v, cu, cu_k, max(lengths), max(key_lengths), causal=causal,
                                                  strict=True)
     # The dense calls: one per group of equal lengths, on [batch, seqlen, heads, d] copies made beforehand.
     groups = {}
-    for b, n in enumerate(lengths):
+    for b, n in enumerate(zip(lengths, key_lengths)):
         groups.setdefault(n, []).append(b)
     dense_inputs = []
-    for n, members in groups.items():
-        rows = torch.cat([torch.arange(int(cu[b]), int(cu[b]) + n, device="cuda") for b in members])
-        dense_inputs.append(tuple(t[rows].view(len(members), n, *t.shape[1:]) for t in (q, k, v)))
+    for (n, n_k), members in groups.items():
+        rows = lambda starts, count: torch.cat([torch.arange(int(starts[b]), int(starts[b]) + count, device="cuda")
+                                                for b in members])
+        dense_inputs.append((q[rows(cu, n)].view(len(members), n, *q.shape[1:]),
+                             *(t[rows(cu_k, n_k)].view(len(members), n_k, *t.shape[1:]) for t in (k, v))))
     dense = lambda: [fmha.flash_attn_func(*x, causal=causal, strict=True) for x in dense_inputs]
     sdpa_inputs = [tuple(t.transpose(1, 2).contiguous() for t in x) for x in dense_inputs]
     from torch.nn.attention import SDPBackend, sdpa_kernel
     backends = {"cuDNN": SDPBackend.CUDNN_ATTENTION, "FA2": SDPBackend.FLASH_ATTENTION}
 
     def sdpa(backend):
+        if key_lengths != lengths:  # SDPA's is_causal aligns the diagonal top-left: not this problem
+            raise RuntimeError("no peer")
         with sdpa_kernel([backend]):
             return [F.scaled_dot_product_attention(*x, is_causal=causal, enable_gqa=heads != heads_kv)
                     for x in sdpa_inputs]
