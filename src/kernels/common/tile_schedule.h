@@ -71,7 +71,7 @@ struct PrefillTiling {
         // A packed batch's tiles differ in cost (sequences of any length, virtual blocks that run
         // empty), which fixed rounds do not balance: persistent only where no tile sees many keys.
         const int key_blocks = (p.seqlen_kv + block_rows - 1) / block_rows;
-        t.persistent = std::max(t.query_blocks, t.packed ? key_blocks : 0) <= persistent_max_query_blocks;
+        t.persistent = t.query_blocks <= persistent_max_query_blocks && (!t.packed || key_blocks <= persistent_max_query_blocks);
         if (t.packed) t.query_blocks = p.batch + p.total_q / t.rows_per_head;  // P(batch)
         const int64_t pairs = int64_t(t.packed ? 1 : p.batch) * p.heads_kv;
         const bool many = pairs * t.head_tiles * t.query_blocks > multiprocessors;
