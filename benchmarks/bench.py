@@ -50,6 +50,25 @@ def device_ms(fn, runs, warmup=5):
     return start.elapsed_time(stop) / runs
 
 
+def interleaved_ms(fns, runs, warmup=3):
+    """Mean milliseconds of one call of each of `fns`, their calls interleaved (A B C A B C ...)
+    and each bracketed by CUDA events, so that the device's state over the run (clocks, power)
+    reaches all of them alike; for ratios between calls. The host must stay ahead of the device."""
+    import torch
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in fns]
+              for _ in range(runs)]
+    for run in events:
+        for fn, (start, stop) in zip(fns, run):
+            start.record()
+            fn()
+            stop.record()
+    torch.cuda.synchronize()
+    return [sum(run[i][0].elapsed_time(run[i][1]) for run in events) / runs for i in range(len(fns))]
+
+
 def copy_bandwidth_gbps():
     """Device-to-device copy of 4 GiB, counting bytes read plus bytes written."""
     import torch

@@ -6,9 +6,9 @@ options (softcapping, ALiBi) against the same shape without them.
 Packed batches: each mix of prompt lengths (skewed: one long prompt among many short ones;
 uniform) runs as one flash_attn_varlen_func call on packed tokens, and as dense flash_attn_func
 calls, one per group of equal lengths (what the packed call should cost), and the dense calls
-through PyTorch's SDPA cuDNN and flash backends (the peers). Reported: milliseconds (median of
-alternating rounds), the packed call's ratio to the dense calls, and the memory the packed call
-allocates beyond its inputs, as a multiple of its output.
+through PyTorch's SDPA cuDNN and flash backends (the peers), all of them timed call by call in
+turn. Reported: milliseconds (median of the rounds), the packed call's ratio to the dense calls,
+and the memory the packed call allocates beyond its inputs, as a multiple of its output.
 
 Scoring options and paged KV: fmha.exe on the issue's shapes with and without
 -softcapping-scale-bmm1 / -alibi / -paged-kv (pages of 16, 64, 256, shuffled), TFLOP/s and the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import device_ms  # noqa: E402  (benchmarks/bench.py: CUDA-event timing)
+from bench import interleaved_ms  # noqa: E402  (benchmarks/bench.py: CUDA-event timing)
 
 # (name, prompt lengths, heads, KV heads, head_dim, causal[, key lengths: chunked prefill, a
 # chunk of new queries against its cached keys, bottom-right causal])
@@ -115,15 +115,21 @@ def packed_rows(mix, rounds, runs):
     torch.cuda.synchronize()
     extra = (torch.cuda.max_memory_allocated() - before) / (out.numel() * out.element_size())
     del out
-    times = {"packed": [], "dense": [], **{b: [] for b in backends}}
+    # The calls interleaved call by call (interleaved_ms), the median of the rounds: timed one
+    # after another, a call can read 10% high or low with the device's state (docs/decisions.md,
+    # "Packed calls timed call by call").
+    calls = {"packed": packed, "dense": dense}
+    for label, backend in backends.items() if has_peers else ():
+        try:
+            sdpa(backend)
+        except RuntimeError:  # the backend refuses the shape
+            continue
+        calls[label] = lambda backend=backend: sdpa(backend)
+    times = {label: [] for label in ["packed", "dense", *backends]}
     for _ in range(rounds):
-        times["packed"].append(device_ms(packed, runs))
-        times["dense"].append(device_ms(dense, runs))
-        for label, backend in backends.items():
-            try:
-                times[label].append(device_ms(lambda: sdpa(backend), runs) if has_peers else float("nan"))
-            except RuntimeError:
-                times[label].append(float("nan"))
+        for label, ms in zip(calls, interleaved_ms(list(calls.values()), runs)):
+            times[label].append(ms)
+    times = {label: value or [float("nan")] for label, value in times.items()}
     ms = {key: statistics.median(value) for key, value in times.items()}
     return (f"| {name} | {len(lengths)} | {total} | {ms['packed']:.3f} | {ms['dense']:.3f} | "
             f"{ms['packed'] / ms['dense']:.3f} | {ms['cuDNN']:.3f} | {ms['FA2']:.3f} | {extra:.2f}x |")
