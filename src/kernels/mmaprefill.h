@@ -56,8 +56,8 @@ inline std::string describe_order(const PrefillTiling& t) {
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
 
-template <class Config, bool kShortKeys, bool kServing>
-using Traits = WgmmaTraits<Config, kShortKeys, kServing>;
+template <class Config, bool kShortKeys, Variant kVariant>
+using Traits = WgmmaTraits<Config, kShortKeys, kVariant>;
 
 // A K or V tensor as PagedTiles copies it: 16-byte chunks (base and strides on 16 bytes, as TMA
 // wants them too) or element rows (2-byte elements); s.batch (between pages, or sequences) and
@@ -72,20 +72,25 @@ inline bool copies_fit(const void* base, const TensorStrides& s, int rows, int h
 // level or slower (docs/mmaprefill.md).
 inline constexpr int kShortKeysMax = 2048;
 
-// Calls fn(Traits{}) with the kernel the launch takes: the serving one where it asks for a
-// serving option (packed, softcapping, ALiBi) or dropout, and the table's short-keys tile shape where the key
-// range is short and the table has a distinct one (otherwise no kernel is built for it).
-template <class Config, bool kServing, class Fn>
+// Calls fn(Traits{}) with the kernel the launch takes (tiles.h, Variant): the plain one where it
+// asks for no run-time option; the options' one where it asks for some (packed, softcapping,
+// ALiBi, dropout) and the copies' where it also reads a paged cache or element rows, or where
+// the options' tile is the copies' (then no kernel of options alone is built); and the table's
+// short-keys tile shape where the key range is short and the table has a distinct one.
+template <class Config, Variant kVariant, class Fn>
 auto with_shape(const FwdParams& p, Fn&& fn) {
-    if constexpr (!(Traits<Config, true, kServing>::kShape == Traits<Config, false, kServing>::kShape)) {
-        if (p.seqlen_kv <= kShortKeysMax) return fn(Traits<Config, true, kServing>{});
+    if constexpr (!(Traits<Config, true, kVariant>::kShape == Traits<Config, false, kVariant>::kShape)) {
+        if (p.seqlen_kv <= kShortKeysMax) return fn(Traits<Config, true, kVariant>{});
     }
-    return fn(Traits<Config, false, kServing>{});
+    return fn(Traits<Config, false, kVariant>{});
 }
 template <class Config, class Fn>
 auto with_traits(const FwdParams& p, Fn&& fn) {
-    if (has_run_time_options(p)) return with_shape<Config, true>(p, fn);
-    return with_shape<Config, false>(p, fn);
+    if (!has_run_time_options(p)) return with_shape<Config, Variant::plain>(p, fn);
+    if constexpr (!(Traits<Config, false, Variant::options>::kShape == Traits<Config, false, Variant::copies>::kShape)) {
+        if (!p.block_table && !element_rows(p.head_dim)) return with_shape<Config, Variant::options>(p, fn);
+    }
+    return with_shape<Config, Variant::copies>(p, fn);
 }
 
 // The grid. Launches whose rows see few key tiles (short sequences) are persistent, one block
@@ -144,7 +149,7 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
                 return hipErrorInvalidValue;
             }
         }
-        auto* const kernel = &wgmma_kernel<Config, T::kShortKeys, T::kServing>;
+        auto* const kernel = &wgmma_kernel<Config, T::kShortKeys, T::kVariant>;
         static const hipError_t attribute =
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
         if (attribute != hipSuccess) return attribute;
@@ -165,7 +170,9 @@ std::string describe(const FwdParams& p) {
                std::to_string(T::kConsumers) + " wgmma consumer warpgroups of 64 rows; keys in tiles of " +
                std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) +
                "-stage shared-memory ring" + describe_order(t) +
-               (T::kServing ? "; the kernel with the serving options (packed batches, paged KV, softcapping, ALiBi, dropout)" : "") +
+               (T::kCopies    ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout) and the producer's copies (paged KV, element rows)"
+                : T::kServing ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout)"
+                              : "") +
                (!p.block_table ? ""
                 : p.page_size <= T::kShape.copied_pages
                     ? "; K/V tiles on a grid of pages, each copied from pages by the producer warpgroup"

@@ -51,7 +51,7 @@ namespace mmaprefill {
 template <class Config>
 struct MfmaTraits {
     static constexpr TileShape kShape =
-        tile_shape<MatrixCore::mfma>(Config::head_dim, Config::mask == Mask::causal, Config::dtype, false, false);
+        tile_shape<MatrixCore::mfma>(Config::head_dim, Config::mask == Mask::causal, Config::dtype, false, Variant::plain);
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kConsumers = kShape.consumers;  // waves of 32 query rows
     static constexpr int kBlockRows = kConsumers * mfma::kBlock;

@@ -17,11 +17,17 @@ struct TileShape {
     int copied_pages = 0;    // wgmma serving kernel: pages of at most this many keys its producer copies, not boxes
 };
 
+// The family's kernels of one tuple: plain (launches with no run-time option), options (packed
+// batches, softcapping, ALiBi, dropout: their state takes registers), and copies (the options,
+// and a paged KV cache or element rows, which the producer warpgroup copies with registers of
+// its own). A launch takes the first that serves it; where two have one tile shape, one kernel
+// is built for both (mmaprefill.h: with_traits).
+enum class Variant { plain, options, copies };
+
 // short_keys: the launch's rows see few keys (the launcher's rule), where a tile's share of
-// keys crossing the causal diagonal is large; serving: the kernel takes the serving options
-// (packed batches, softcapping, ALiBi), whose state takes registers.
+// keys crossing the causal diagonal is large.
 template <MatrixCore kCore>
-constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype, bool short_keys, bool serving);
+constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant);
 
 constexpr bool operator==(const TileShape& a, const TileShape& b) {
     return a.consumers == b.consumers && a.block_keys == b.block_keys && a.stages == b.stages &&
@@ -37,26 +43,29 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // take 64-key tiles at d64 and d256, as wide as a consumer's rows: the tiles crossing the
 // diagonal are then each consumer's own 64 x 64 triangle, not wider tiles it sees in part,
 // which outweighs the narrower tiles' dearer steps there (d128's 128-key tiles already are two
-// consumers' rows; 64 is slower there). The serving options' kernel spills with d64's 112- and
-// 128-key tiles: it takes 96. Its producer loads a paged cache and element rows (paged_tiles.h)
-// in 48 registers at d64 (32 spilled the element rows), its three consumers then keeping 152,
-// in 40 at d256 (24 spilled), its two consumers keeping 232 (setmaxnreg's pool, WgmmaTraits;
-// d256's 80-key tiles spill at 232, so its serving kernel takes 64), and in 56 at d128, whose
-// consumers keep 224: there the producer copies pages of 16 keys, faster than eight TMA boxes a
-// tile per head-dim atom, and its copy loop needs the registers (d64 gained 2% from the copies,
-// d256's consumers spill at 224; docs/mmaprefill.md, "Paged KV").
+// consumers' rows; 64 is slower there). The options spill with d64's 112- and 128-key tiles:
+// they take 96, and 64 at d256 (80 spill at 240). The copies' producer loads a paged cache and
+// element rows (paged_tiles.h) in 48 registers at d64 (32 spilled the element rows), its three
+// consumers then keeping 152 (at 160 the options alone spill: d64 has no kernel of options alone),
+// in 40 at d256 (24 spilled), its two consumers keeping 232 (setmaxnreg's pool, WgmmaTraits), and
+// in 56 at d128, whose consumers keep 224: there the producer copies pages of 16 keys, faster
+// than eight TMA boxes a tile per head-dim atom, and its copy loop needs the registers (d64
+// gained 2% from the copies, d256's consumers spill at 224; docs/mmaprefill.md, "Paged KV"). The
+// options alone keep the plain kernel's 240 (docs/decisions.md, "The serving options without the
+// producer's copies").
 template <>
-constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, bool serving) {
+constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
+    const bool serving = variant != Variant::plain;
     if (head_dim <= 64) {
         if (short_causal) return serving ? TileShape{3, 64, 3, 48, 152} : TileShape{3, 64, 3, 24, 160};
         if (serving) return {3, 96, 2, 48, 152};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
-    if (head_dim <= 128) return serving ? TileShape{2, 128, 2, 56, 224, 16} : TileShape{2, 128, 2, 24, 240};
-    if (serving) return {2, 64, 2, 40, 232};
-    if (short_causal) return {2, 64, 2, 24, 240};
+    if (head_dim <= 128) return variant == Variant::copies ? TileShape{2, 128, 2, 56, 224, 16} : TileShape{2, 128, 2, 24, 240};
+    if (variant == Variant::copies) return {2, 64, 2, 40, 232};
+    if (serving || short_causal) return {2, 64, 2, 24, 240};
     return {2, 80, 2, 24, 240};
 }
 
@@ -66,8 +75,8 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
 // product). With two V^T stages one barrier per key tile serves (d <= 128: 36-37 KiB); d256's
 // V^T fits once beside two K stages (53 KiB), so its V^T store waits for a second barrier.
 template <>
-constexpr TileShape tile_shape<MatrixCore::mfma>(int head_dim, bool causal, DType dtype, bool short_keys, bool serving) {
-    (void)causal, (void)dtype, (void)short_keys, (void)serving;
+constexpr TileShape tile_shape<MatrixCore::mfma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
+    (void)causal, (void)dtype, (void)short_keys, (void)variant;
     if (head_dim <= 64) return {4, 64, 2, 0, 0};
     if (head_dim <= 128) return {4, 32, 2, 0, 0};
     return {4, 32, 1, 0, 0};

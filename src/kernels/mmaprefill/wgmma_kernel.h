@@ -51,15 +51,18 @@
 namespace fmha {
 namespace mmaprefill {
 
-// kShortKeys: the tile table's shape for launches whose rows see few keys; kServing: the kernel
-// takes the run-time options it has (packed batches, softcapping, ALiBi, dropout); launches
-// without any run the kernel compiled without them, whose code does not change with them.
-template <class Config, bool kShortKeys_, bool kServing_>
+// kShortKeys: the tile table's shape for launches whose rows see few keys; kVariant (tiles.h):
+// kServing, the kernel takes the run-time options (packed batches, softcapping, ALiBi, dropout),
+// and kCopies, its producer warpgroup copies a paged cache's tiles and element rows too; launches
+// without any option run the plain kernel, whose code does not change with them.
+template <class Config, bool kShortKeys_, Variant kVariant_>
 struct WgmmaTraits {
     static constexpr TileShape kShape = tile_shape<MatrixCore::wgmma>(Config::head_dim, Config::mask == Mask::causal,
-                                                                      Config::dtype, kShortKeys_, kServing_);
+                                                                      Config::dtype, kShortKeys_, kVariant_);
     static constexpr bool kShortKeys = kShortKeys_;
-    static constexpr bool kServing = kServing_;
+    static constexpr Variant kVariant = kVariant_;
+    static constexpr bool kServing = kVariant_ != Variant::plain;
+    static constexpr bool kCopies = kVariant_ == Variant::copies;
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kConsumers = kShape.consumers;
     static constexpr int kBlockRows = kConsumers * wgmma::kRows;
@@ -140,7 +143,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
                                         LoadKV&& load_kv) {
     using P = Pipeline<T, uint32_t>;
     const P pipe{shared + T::kBarrierOffset};
-    const bool elements = T::kServing && element_rows(p.head_dim);
+    const bool elements = T::kCopies && element_rows(p.head_dim);
     // kCopied: what the walk needs of the work tile waits in shared memory, a copy per warp,
     // rather than in registers (the producer has few): tiles_end, key tiles, its first ring slot,
     // its rows' StepPages; then its KV head and kv_end.
@@ -195,10 +198,11 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
     }
 }
 
-template <class Config, bool kShortKeys, bool kServing>
-__global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kThreads, 1)
+template <class Config, bool kShortKeys, Variant kVariant>
+__global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kThreads, 1)
     wgmma_kernel(const FwdParams p, const PrefillTiling tiling, const __grid_constant__ TensorMaps maps) {
-    using T = WgmmaTraits<Config, kShortKeys, kServing>;
+    using T = WgmmaTraits<Config, kShortKeys, kVariant>;
+    constexpr bool kServing = T::kServing;
     using P = Pipeline<T>;
     constexpr bool kMasked = Config::mask == Mask::causal;
     constexpr DType kDType = Config::dtype;
@@ -211,12 +215,12 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kServing>::kTh
     uint8_t* output_rows = T::kOwnOutputRows ? shared + T::kOutputOffset : q_tile;
     const P pipe{reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset)};
     const int warpgroup = threadIdx.x / wgmma::kThreads;
-    // A paged KV cache, and element rows (kServing), the whole producer warpgroup loads
+    // A paged KV cache, and element rows (kCopies), the whole producer warpgroup loads
     // (paged_tiles.h): element rows' Q, K and V copied, a paged cache's K and V by TMA per page
     // but for a sequence's last tile and pages of up to copied_pages keys (TileShape), which are
     // copied; elsewhere Q, K and V come by TMA, issued by one thread.
-    const bool elements = kServing && element_rows(p.head_dim);
-    const bool copied = elements || (kServing && p.block_table != nullptr);
+    const bool elements = T::kCopies && element_rows(p.head_dim);
+    const bool copied = elements || (T::kCopies && p.block_table != nullptr);
     using Pages = typename T::Pages;
 
     if (threadIdx.x == 0) {
