@@ -568,6 +568,8 @@ SERVING_RUNS = {
     "paged32_prefill_window": ["-b", "3", "-h", "4", "-gqa", "2", "-s", "999", "-min-s", "1", "-d", "128",
                                "-window-left", "200", "-window-right", "30", "-paged-kv", "-page-size", "32"],
     "softcap_prefill_d64_long_tiles": ["-b", "2", "-h", "8", "-s", "1000", "-d", "64", "-softcapping-scale-bmm1", "30"],
+    "softcap_prefill_d256_gqa_bf16": ["-b", "1", "-h", "8", "-gqa", "4", "-s", "1100", "-d", "256", "-causal-mask",
+                                      "-softcapping-scale-bmm1", "30", "-bf16"],
     "alibi_packed_prefill_d256_bf16": ["-b", "6", "-h", "8", "-gqa", "4", "-s", "700", "-min-s", "1", "-d", "256",
                                        "-layout", "packed", "-causal-mask", "-alibi", "-bf16"],
     # Dropout: the reference applies the mask the kernel drew (launch_dropout_mask).
@@ -656,6 +658,9 @@ def test_fmha_exe_checks_the_serving_options(name):
         assert kernel.group(1).endswith("_sm90"), result.stdout
         assert re.search(r"^Launch\.+: .* the kernel with the serving options", result.stdout, re.M), result.stdout
         assert paged == bool(re.search(r"^Launch\.+: .* copied from pages", result.stdout, re.M)), result.stdout
+        # the options without pages on their own kernel, but at d64 (one tile shape: the copies' kernel serves both)
+        copies = bool(re.search(r"^Launch\.+: .* the producer's copies", result.stdout, re.M))
+        assert copies == (paged or "_d64_" in kernel.group(1)), result.stdout
     elif any("_mmaprefill_" in line for line in fmha("-list").stdout.splitlines()):  # passed over, and why
         assert "; not mmaprefill: the tensor-core family " in kernel.group(2), result.stdout
 
