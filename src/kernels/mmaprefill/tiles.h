@@ -46,7 +46,8 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // consumers' rows; 64 is slower there). The options spill with d64's 112- and 128-key tiles:
 // they take 96, and 64 at d256 (80 spill at 240). The copies' producer loads a paged cache and
 // element rows (paged_tiles.h) in 48 registers at d64 (32 spilled the element rows), its three
-// consumers then keeping 152 (at 160 the options alone spill: d64 has no kernel of options alone),
+// consumers then keeping 152 (d64's options alone at 24 / 160 compile clean but are not measured:
+// no kernel of options alone there yet),
 // in 40 at d256 (24 spilled), its two consumers keeping 232 (setmaxnreg's pool, WgmmaTraits), and
 // in 56 at d128, whose consumers keep 224: there the producer copies pages of 16 keys, faster
 // than eight TMA boxes a tile per head-dim atom, and its copy loop needs the registers (d64
