@@ -658,9 +658,9 @@ def test_fmha_exe_checks_the_serving_options(name):
         assert kernel.group(1).endswith("_sm90"), result.stdout
         assert re.search(r"^Launch\.+: .* the kernel with the serving options", result.stdout, re.M), result.stdout
         assert paged == bool(re.search(r"^Launch\.+: .* copied from pages", result.stdout, re.M)), result.stdout
-        # the options without pages on their own kernel, but at d64 (one tile shape: the copies' kernel serves both)
+        # the options without pages on their own kernel
         copies = bool(re.search(r"^Launch\.+: .* the producer's copies", result.stdout, re.M))
-        assert copies == (paged or "_d64_" in kernel.group(1)), result.stdout
+        assert copies == paged, result.stdout
     elif any("_mmaprefill_" in line for line in fmha("-list").stdout.splitlines()):  # passed over, and why
         assert "; not mmaprefill: the tensor-core family " in kernel.group(2), result.stdout
 

@@ -38,6 +38,32 @@ struct FragmentSoftmax {
             rescale[r] = raise_max(max[r], RowLanes::max(tile_max[r]) * scale_log2, reference[r]);
 #pragma unroll
         for (int e = 0; e < N; ++e) s[e] = exp2_approx(fmaf(s[e], scale_log2, -reference[row_of(e)]));
+        add_to_sums(s, rescale, row_of);
+    }
+
+    // The same where row r's scores are scale_log2 x s + offset[r]: a term all of this thread's
+    // scores of the row share (ALiBi's per-row part in the wgmma loop), at no instruction per
+    // score. The lanes of a row may have offsets of their own: each lane's maximum is scaled and
+    // offset before the row's maximum is taken over them.
+    template <int N, class RowOf>
+    __device__ void update(float (&s)[N], float scale_log2, float (&rescale)[kRows], RowOf row_of, const float (&offset)[kRows]) {
+        float tile_max[kRows];
+        reduce_rows<4>(s, row_of, [](float a, float b) { return fmaxf(a, b); }, tile_max);
+        float addend[kRows];  // the row's offset less what its scores subtract (raise_max)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            float reference;
+            rescale[r] = raise_max(max[r], RowLanes::max(fmaf(tile_max[r], scale_log2, offset[r])), reference);
+            addend[r] = offset[r] - reference;
+        }
+#pragma unroll
+        for (int e = 0; e < N; ++e) s[e] = exp2_approx(fmaf(s[e], scale_log2, addend[row_of(e)]));
+        add_to_sums(s, rescale, row_of);
+    }
+
+    // A tile's probabilities into the running sums, rescaled.
+    template <int N, class RowOf>
+    __device__ void add_to_sums(const float (&s)[N], const float (&rescale)[kRows], RowOf row_of) {
         float tile_sum[kRows];  // one chain: the exponentials it waits for come one by one anyway
         reduce_rows<1>(s, row_of, [](float a, float b) { return a + b; }, tile_sum);
 #pragma unroll

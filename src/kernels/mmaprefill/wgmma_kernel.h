@@ -366,6 +366,25 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
             }
         }
     };
+    // ALiBi alone on an unmasked step, folded into the softmax: scale (dot + slope / scale x
+    // column) - slope x distance, the dot products taking the column's term (one fused multiply-
+    // add a score, where apply_scoring's form takes two) and each row's last term an offset of
+    // its scaled scores (docs/decisions.md, "ALiBi folded into the softmax"). Not at d256: its
+    // causal serving kernels spill with it (as they did when apply_scoring shared these per-row
+    // lines, so each keeps its own).
+    constexpr bool kFoldedAlibi = T::kHeadDim <= 128;
+    auto fold_alibi = [&](int i, float (&offset)[2]) {
+        const int tile_k0 = keys.first_key(i, T::kBlockKeys), k0 = tile_k0 + 2 * (thread % 4);  // k0: the thread's first column
+        float per_column[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float slope = tile_k0 > keys.diagonal[h] ? -scoring.slope_log2[h] : scoring.slope_log2[h];  // by the side
+            offset[h] = -slope * float(keys.diagonal[h] - k0);
+            per_column[h] = __fdividef(slope, scale_log2);
+        }
+#pragma unroll
+        for (int e = 0; e < T::kBlockKeys / 2; ++e) s[e] = fmaf(per_column[wgmma::row_half(e)], float(8 * (e / 4) + e % 2), s[e]);
+    };
     // The softmax's scale: the raw dot products', or 1 for scores apply_scoring made.
     auto softmax_scale = [&](auto kCapped, auto kBiased) {
         return decltype(kCapped)::value || decltype(kBiased)::value ? 1.f : scale_log2;
@@ -543,9 +562,15 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
                     hopper::barrier_arrive_if(pipe.k_empty(stage), leader);
                     if constexpr (T::kOwnOutputRows)  // the producer may load the next Q
                         hopper::barrier_arrive_if(pipe.q_empty(), leader && i == keys.end - 1);
-                    apply_scoring(i, kCapped, kBiased, masked);
-                    if constexpr (decltype(masked)::value) apply_mask(i);
-                    softmax.update(s, softmax_scale(kCapped, kBiased), rescale, row_of);
+                    if constexpr (kFoldedAlibi && decltype(kBiased)::value && !decltype(kCapped)::value && !decltype(masked)::value) {
+                        float offset[2];
+                        fold_alibi(i, offset);
+                        softmax.update(s, scale_log2, rescale, row_of, offset);
+                    } else {
+                        apply_scoring(i, kCapped, kBiased, masked);
+                        if constexpr (decltype(masked)::value) apply_mask(i);
+                        softmax.update(s, softmax_scale(kCapped, kBiased), rescale, row_of);
+                    }
                     hopper::wgmma_wait<0>();  // P.V of tile i-1 is done: its registers are free
                     hopper::pin_registers(o);
                     pin_probabilities();
