@@ -79,10 +79,12 @@ def measure(name, calls, input_bytes, args):
             print(f"{name}: {n} failed: {str(error).splitlines()[0]}")
             calls[n] = None
             torch.cuda.empty_cache()
-    for _ in range(args.rounds):
-        for n, call in calls.items():
-            if call is not None:
-                times[n].append(device_ms(call, args.runs, warmup=2))
+    # The order reversed every round: a fixed order gave the call after another's long runs a
+    # device state of its own (docs/decisions.md, "The steps grid in rounds").
+    order = [n for n, call in calls.items() if call is not None]
+    for round_ in range(args.rounds):
+        for n in order if round_ % 2 == 0 else order[::-1]:
+            times[n].append(device_ms(calls[n], args.runs, warmup=2))
     return times, memory
 
 
