@@ -46,7 +46,8 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // consumers' rows; 64 is slower there). The options spill with d64's 112- and 128-key tiles:
 // they take 96, and 64 at d256 (80 spill at 240). The copies' producer loads a paged cache and
 // element rows (paged_tiles.h) in 48 registers at d64 (32 spilled the element rows), its three
-// consumers then keeping 152 (the options alone keep 160), in 40 at d256 (24 spilled), its two consumers keeping 232 (setmaxnreg's pool, WgmmaTraits), and
+// consumers then keeping 152 (the options alone keep 160), in 40 at d256 (24 spilled), its two
+// consumers keeping 232 (setmaxnreg's pool, WgmmaTraits), and
 // in 56 at d128, whose consumers keep 224: there the producer copies pages of 16 keys, faster
 // than eight TMA boxes a tile per head-dim atom, and its copy loop needs the registers (d64
 // gained 2% from the copies, d256's consumers spill at 224; docs/mmaprefill.md, "Paged KV"). The
@@ -58,9 +59,9 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
     const bool short_causal = causal && short_keys;
     const bool serving = variant != Variant::plain;
     if (head_dim <= 64) {
-        const int producer_registers = variant == Variant::copies ? 48 : 24, consumer_registers = variant == Variant::copies ? 152 : 160;
-        if (short_causal) return {3, 64, 3, producer_registers, consumer_registers};
-        if (serving) return {3, 96, 2, producer_registers, consumer_registers};
+        const bool copies = variant == Variant::copies;
+        if (short_causal) return {3, 64, 3, copies ? 48 : 24, copies ? 152 : 160};
+        if (serving) return {3, 96, 2, copies ? 48 : 24, copies ? 152 : 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
     if (head_dim <= 128) return variant == Variant::copies ? TileShape{2, 128, 2, 56, 224, 16} : TileShape{2, 128, 2, 24, 240};
