@@ -202,6 +202,12 @@ def test_the_backward_loops_match_the_reference_in_host_emulation(tmp_path):
     _run_emulation(tmp_path, "backward")
 
 
+def test_the_fragment_softmax_with_row_offsets_matches_the_reference_in_host_emulation(tmp_path):
+    """The fragment softmax's update with per-row offsets of each lane's own (the wgmma loop's
+    ALiBi fold) run on the host: a wave of lanes, rows in groups of 4, against fp64 and the plain update."""
+    _run_emulation(tmp_path, "fragment_softmax")
+
+
 def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):
     """The KV-cache append with rotary (kernels/kv_append.h) run on the host against fp64: every
     cache layout, both pairings, refused overflows and table entries, the rest left as it was."""
