@@ -44,7 +44,8 @@ struct FragmentSoftmax {
     // The same where row r's scores are scale_log2 x s + offset[r]: a term all of this thread's
     // scores of the row share (ALiBi's per-row part in the wgmma loop), at no instruction per
     // score. The lanes of a row may have offsets of their own: each lane's maximum is scaled and
-    // offset before the row's maximum is taken over them.
+    // offset before the row's maximum is taken over them. A body of its own: the update above
+    // written as this one with zero offsets spilled d256's causal serving kernels.
     template <int N, class RowOf>
     __device__ void update(float (&s)[N], float scale_log2, float (&rescale)[kRows], RowOf row_of, const float (&offset)[kRows]) {
         float tile_max[kRows];

@@ -47,25 +47,23 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // they take 96, and 64 at d256 (80 spill at 240). The copies' producer loads a paged cache and
 // element rows (paged_tiles.h) in 48 registers at d64 (32 spilled the element rows), its three
 // consumers then keeping 152 (the options alone keep 160), in 40 at d256 (24 spilled), its two
-// consumers keeping 232 (setmaxnreg's pool, WgmmaTraits), and
-// in 56 at d128, whose consumers keep 224: there the producer copies pages of 16 keys, faster
-// than eight TMA boxes a tile per head-dim atom, and its copy loop needs the registers (d64
-// gained 2% from the copies, d256's consumers spill at 224; docs/mmaprefill.md, "Paged KV"). The
-// options alone keep the plain kernel's registers (docs/decisions.md, "The serving options without
-// the producer's copies").
+// consumers keeping 232 (setmaxnreg's pool, WgmmaTraits), and in 56 at d128, whose consumers
+// keep 224: there the producer copies pages of 16 keys, faster than eight TMA boxes a tile per
+// head-dim atom, and its copy loop needs the registers (d64 gained 2% from the copies, d256's
+// consumers spill at 224; docs/mmaprefill.md, "Paged KV"). The options alone keep the plain
+// kernel's registers (docs/decisions.md, "The serving options without the producer's copies").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
-    const bool serving = variant != Variant::plain;
+    const bool serving = variant != Variant::plain, copies = variant == Variant::copies;
     if (head_dim <= 64) {
-        const bool copies = variant == Variant::copies;
         if (short_causal) return {3, 64, 3, copies ? 48 : 24, copies ? 152 : 160};
         if (serving) return {3, 96, 2, copies ? 48 : 24, copies ? 152 : 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
-    if (head_dim <= 128) return variant == Variant::copies ? TileShape{2, 128, 2, 56, 224, 16} : TileShape{2, 128, 2, 24, 240};
-    if (variant == Variant::copies) return {2, 64, 2, 40, 232};
+    if (head_dim <= 128) return copies ? TileShape{2, 128, 2, 56, 224, 16} : TileShape{2, 128, 2, 24, 240};
+    if (copies) return {2, 64, 2, 40, 232};
     if (serving || short_causal) return {2, 64, 2, 24, 240};
     return {2, 80, 2, 24, 240};
 }
