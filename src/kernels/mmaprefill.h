@@ -136,13 +136,18 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
                 !map(&maps.o, p.o, p.o_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, wgmma::kRows, 1))
                 return hipErrorInvalidValue;
             if (p.block_table) {  // maps of the caches' pages, {head_dim, page_size, heads, pages} (paged_tiles.h)
-                // The pool's page count is not a parameter: the block table's entries name the pages read.
+                // The pool's page count is not a parameter: the block table's entries name the
+                // pages read, and page -1 lies outside (zeros).
                 constexpr int kPagesBound = INT32_MAX;
-                const int rows = T::Pages::box_rows(p.page_size);
+                auto pages_map = [&](CUtensorMap* m, const void* base, const TensorStrides& s, int box_rows) {
+                    return hopper::encode_tensor_map(m, bf16, base, s, kPagesBound, p.heads_kv, p.page_size, p.head_dim, box_rows, 1);
+                };
+                const int rows = T::Pages::box_rows(p.page_size), group = T::Pages::kGroupRows;
                 if (!copies_fit(p.k, p.k_strides, p.page_size, p.heads_kv, false) ||
-                    !copies_fit(p.v, p.v_strides, p.page_size, p.heads_kv, false) ||
-                    !hopper::encode_tensor_map(&maps.k, bf16, p.k, p.k_strides, kPagesBound, p.heads_kv, p.page_size, p.head_dim, rows, 1) ||
-                    !hopper::encode_tensor_map(&maps.v, bf16, p.v, p.v_strides, kPagesBound, p.heads_kv, p.page_size, p.head_dim, rows, 1))
+                    !copies_fit(p.v, p.v_strides, p.page_size, p.heads_kv, false) || !pages_map(&maps.k, p.k, p.k_strides, rows) ||
+                    !pages_map(&maps.v, p.v, p.v_strides, rows) || !pages_map(&maps.k_groups, p.k, p.k_strides, group) ||
+                    !pages_map(&maps.v_groups, p.v, p.v_strides, group) || !pages_map(&maps.k_rows, p.k, p.k_strides, 1) ||
+                    !pages_map(&maps.v_rows, p.v, p.v_strides, 1))
                     return hipErrorInvalidValue;
             } else if (!map(&maps.k, p.k, p.k_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1) ||
                        !map(&maps.v, p.v, p.v_strides, p.cu_seqlens_kv, p.total_kv, p.heads_kv, p.seqlen_kv, T::kBlockKeys, 1)) {
@@ -176,8 +181,12 @@ std::string describe(const FwdParams& p) {
                (!p.block_table ? ""
                 : p.page_size <= T::kShape.copied_pages
                     ? "; K/V tiles on a grid of pages, each copied from pages by the producer warpgroup"
+                : p.page_size <= T::kShape.warpgroup_boxes
+                    ? "; K/V tiles on a grid of pages: TMA boxes of " + std::to_string(T::Pages::box_rows(p.page_size)) +
+                          " keys from the producer warpgroup, a sequence's last tile copied"
                     : "; K/V tiles on a grid of pages: TMA boxes of " + std::to_string(T::Pages::box_rows(p.page_size)) +
-                          " keys, a sequence's last tile copied from pages by the producer warpgroup") +
+                          " keys from one thread, a sequence's last tile in boxes of " +
+                          std::to_string(T::Pages::kGroupRows) + " and of 1 (zeros past its keys)") +
                (element_rows(p.head_dim) ? "; element rows (head_dim " + std::to_string(p.head_dim) +
                                                " is not a multiple of 8): the producer warpgroup copies K and V, each consumer its Q rows, element by element"
                                          : "");

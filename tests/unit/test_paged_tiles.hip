@@ -37,16 +37,16 @@ void expect_swizzled_and_whole(bool elements, const char* what) {
 TEST(PagedTiles, CopiesPlaceEveryChunkWhereABoxWould) {
     // The serving kernels' tiles (tiles.h): d64 96 keys, 64 on short causal ranges; d128 128, its
     // producer copying whole tiles of small pages (four chunks a row); d256 64.
-    expect_swizzled_and_whole<PagedTiles<96, 64, false>>(false, "d64, 96 keys");
-    expect_swizzled_and_whole<PagedTiles<64, 64, false>>(false, "d64, 64 keys");
-    expect_swizzled_and_whole<PagedTiles<128, 128, true>>(false, "d128, whole tiles copied");
-    expect_swizzled_and_whole<PagedTiles<128, 128, true>>(true, "d128, element rows");
-    expect_swizzled_and_whole<PagedTiles<64, 256, false>>(false, "d256, 64 keys");
+    expect_swizzled_and_whole<PagedTiles<96, 64, 0>>(false, "d64, 96 keys");
+    expect_swizzled_and_whole<PagedTiles<64, 64, 0>>(false, "d64, 64 keys");
+    expect_swizzled_and_whole<PagedTiles<128, 128, 16>>(false, "d128, whole tiles copied");
+    expect_swizzled_and_whole<PagedTiles<128, 128, 16>>(true, "d128, element rows");
+    expect_swizzled_and_whole<PagedTiles<64, 256, 0>>(false, "d256, 64 keys");
     // Runs of two and four chunks where whole passes allow them.
-    expect_swizzled_and_whole<PagedTiles<96, 64, true>>(false, "d64, 96 keys, runs of 2");
-    expect_swizzled_and_whole<PagedTiles<64, 256, true>>(false, "d256, runs of 4");
-    static_assert(PagedTiles<128, 128, true>::run(false) == 4 && PagedTiles<96, 64, true>::run(false) == 2 &&
-                      PagedTiles<128, 128, true>::run(true) == 1 && PagedTiles<128, 128, false>::run(false) == 1,
+    expect_swizzled_and_whole<PagedTiles<96, 64, 16>>(false, "d64, 96 keys, runs of 2");
+    expect_swizzled_and_whole<PagedTiles<64, 256, 16>>(false, "d256, runs of 4");
+    static_assert(PagedTiles<128, 128, 16>::run(false) == 4 && PagedTiles<96, 64, 16>::run(false) == 2 &&
+                      PagedTiles<128, 128, 16>::run(true) == 1 && PagedTiles<128, 128, 0>::run(false) == 1,
                   "runs of chunks");
 }
 

@@ -1,17 +1,17 @@
-// K and V tiles the wgmma family's producer warpgroup places in the shared-memory ring itself: a
-// paged KV cache's, and (element rows: a head_dim that is not a multiple of 8, whose rows TMA
-// cannot take) every tile of K and V, loaded element by element (common/element_rows.h) on the
-// same grid of key tiles, their rows a stride apart or in pages, and the consumers' Q rows.
+// K and V tiles of a paged KV cache and of element rows (a head_dim that is not a multiple of 8,
+// whose rows TMA cannot take), which the wgmma family's producer places in the shared-memory ring.
 // Paged launches walk key tiles on a grid of kBlockKeys from key 0 (TileWork::tiles_end), so
-// that a tile is whole pages, or part of one: a tile whose keys are all in the sequence comes by
-// TMA, one box of gcd(page_size, kBlockKeys) rows per page part, from a map of the cache's pages. The tile
-// that reaches past the sequence's keys, and every tile of pages too small for boxes to keep up
-// (TileShape::copied_pages), the producer warpgroup copies itself (cp.async), each
-// row found through the block table, into the swizzled layout a box would have, and zeros past
-// the sequence (the cache holds whatever there, and P.V would take NaN in V through a masked
-// key's zero). A tile's full barrier counts one arrival per producer thread either way; a copy's
-// the hardware makes once the thread's copies have landed, and the consumers fence a paged
-// launch's tiles for wgmma's reads through the async proxy (docs/mmaprefill.md, "Paged KV").
+// that a tile is whole pages, or part of one, each part a TMA box from a map of the cache's
+// pages. One producer thread issues them, as it does every contiguous tile; the tile that
+// reaches past the sequence's keys it takes in boxes of 8 rows and of one row, those past the
+// sequence at page -1, outside the map, which TMA fills with zeros (the cache holds whatever
+// there, and P.V would take NaN in V through a masked key's zero). Where one thread cannot keep
+// up or does not fit (TileShape::copied_pages, warpgroup_boxes), the producer warpgroup loads the
+// tiles, copying small pages and a sequence's last tile row by row into the swizzled layout a box
+// would have (zeros past the sequence), and element rows likewise; a tile's full barrier then
+// counts one arrival per producer thread, a copy's the hardware's once the thread's copies have
+// landed, and the consumers fence those tiles for wgmma's reads through the async proxy
+// (docs/mmaprefill.md, "Paged KV").
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -30,28 +30,67 @@
 namespace fmha {
 namespace mmaprefill {
 
-template <int kBlockKeys, int kHeadDim, bool kCopiesTiles>
+// kCopiedPages: pages of up to this many keys are copied, every tile (TileShape::copied_pages).
+template <int kBlockKeys, int kHeadDim, int kCopiedPages>
 struct PagedTiles {
+    static constexpr bool kCopiesTiles = kCopiedPages > 0;
     static constexpr int kThreads = wgmma::kThreads;  // the producer warpgroup
     static constexpr int kAtoms = (kHeadDim + wgmma::kAtomColumns - 1) / wgmma::kAtomColumns;
     static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
 
     // Rows per box: the largest power of two dividing both (page sizes are powers of two).
     __host__ __device__ static int box_rows(int page_size) { return min(page_size, kBlockKeys & -kBlockKeys); }
+    static constexpr int kGroupRows = 8;  // rows per box of a sequence's last tile (a swizzle atom's)
+    static_assert(kBlockKeys % kGroupRows == 0, "whole groups of rows per tile");
 
-    // Keys [k0, k0 + kBlockKeys), all in the sequence, of KV head `head` from the map of a K or V
-    // cache's pages ({head_dim, page_size, heads, pages}) into `destination`: the warpgroup's
-    // first threads a page part each (its box in every head-dim atom), the others arriving at
-    // once. (A thread per box, atoms apart, measured slower.)
-    __device__ static void load(uint32_t full, uint32_t destination, const CUtensorMap* map, const int* block_table,
-                                int first_entry, int page_size, int head, int k0) {
+    // Keys [k0, k0 + kBlockKeys) of KV head `head` into `destination`, from one thread: the
+    // tile's page parts; or, the tile reaching past kv_end, groups of rows, a group that
+    // straddles kv_end row by row, each box past kv_end at page -1 (zeros). (Reading the parts'
+    // table entries first, or by a warp's lanes, measured slower: docs/decisions.md.)
+    // maps: a K or V cache's pages ({head_dim, page_size, heads, pages}) in boxes of a part, then
+    // of kGroupRows rows, then of one row (TensorMaps).
+    __device__ static void load(uint32_t full, uint32_t destination, const CUtensorMap* maps, const int* block_table,
+                                StepPages pages, int page_size, int head, int k0, int kv_end) {
+        const int rows = box_rows(page_size);
+        const auto page_of = [&](int row) { return __ldg(block_table + pages.entry + ((k0 + row) >> pages.shift)); };
+        const auto box = [&](const CUtensorMap* map, int row, int on_page) {
+            for (int atom = 0; atom < kAtoms; ++atom)
+                hopper::tma_load_4d(destination + (atom * kBlockKeys + row) * wgmma::kRowBytes, map, atom * wgmma::kAtomColumns,
+                                    (k0 + row) & (page_size - 1), head, on_page, full);
+        };
+        hopper::barrier_arrive_expect(full, kAtoms * kBlockKeys * wgmma::kRowBytes);
+        if (k0 + kBlockKeys <= kv_end) {
+#pragma unroll 1
+            for (int row = 0; row < kBlockKeys; row += rows) box(maps, row, page_of(row));
+            return;
+        }
+        int on_page = -1;
+#pragma unroll 1
+        for (int row = 0; row < kBlockKeys; row += kGroupRows) {
+            const int end = kv_end - k0 - row;  // rows of this group in the sequence
+            if (end <= 0) on_page = -1;
+            else if (row % rows == 0) on_page = page_of(row);  // a page part's first group
+            if (end >= kGroupRows || end <= 0) {
+                box(maps + 1, row, on_page);
+            } else {
+#pragma unroll 1
+                for (int r = 0; r < kGroupRows; ++r) box(maps + 2, row + r, r < end ? on_page : -1);
+            }
+        }
+    }
+
+    // The same keys, all in the sequence, by the warpgroup: its first threads a page part each
+    // (their table reads in parallel), the others arriving at once; the barrier counts the
+    // warpgroup's arrivals (TileShape::warpgroup_boxes: d64, whose pages of 16 are six parts a tile).
+    __device__ static void load_by_warpgroup(uint32_t full, uint32_t destination, const CUtensorMap* map, const int* block_table,
+                                             StepPages pages, int page_size, int head, int k0) {
         const int thread = threadIdx.x % kThreads, rows = box_rows(page_size);
         if (thread >= kBlockKeys / rows) {
             hopper::barrier_arrive(full);
             return;
         }
         const int key = k0 + thread * rows;
-        const int page = __ldg(block_table + first_entry + (key >> (__ffs(page_size) - 1)));
+        const int page = __ldg(block_table + pages.entry + (key >> pages.shift));
         hopper::barrier_arrive_expect(full, kAtoms * rows * wgmma::kRowBytes);
         for (int atom = 0; atom < kAtoms; ++atom)
             hopper::tma_load_4d(destination + (atom * kBlockKeys + thread * rows) * wgmma::kRowBytes, map,
@@ -62,8 +101,8 @@ struct PagedTiles {
     // warp's copy instruction reads whole spans of rows). A producer that copies whole tiles of
     // small pages (kCopiesTiles) copies 4 where whole passes of rows still fill the tile, else 2,
     // its passes unrolled: one chunk a row, one row at a time, was bound by the loop's own chain
-    // of address arithmetic (docs/mmaprefill.md, "Paged KV"). Otherwise (a sequence's last tile;
-    // element rows, whose chunks pass through registers) 1, a pass at a time, in fewer registers.
+    // of address arithmetic (docs/mmaprefill.md, "Paged KV"). Otherwise (element rows, whose
+    // chunks pass through registers) 1, a pass at a time, in fewer registers.
     __host__ __device__ static constexpr bool whole_passes(int run) {
         return kChunksPerRow % run == 0 && kThreads % (kChunksPerRow / run) == 0 &&
                kBlockKeys % (kThreads / (kChunksPerRow / run)) == 0;
@@ -84,9 +123,9 @@ struct PagedTiles {
         return (first_place ^ step % 8 * 16) + step / 8 * kAtomBytes;
     }
 
-    // The same keys of a K or V tensor copied row by row, keys from `end` on as zeros; `pages`
-    // places the rows (StepPages: pages of the cache, s.batch between them; or, without a block
-    // table, the sequence's rows a stride apart). Each lane holds one of the tile's pages (a tile
+    // Keys [k0, k0 + kBlockKeys) of a K or V tensor copied row by row by the warpgroup, keys from
+    // `end` on as zeros; `pages` places the rows (StepPages: pages of the cache, s.batch between
+    // them; or, without a block table, the sequence's rows a stride apart). Each lane holds one of the tile's pages (a tile
     // spans at most kBlockKeys / 16 + 1), each row takes its own by a shuffle.
     // Vector rows: cp.async, the barrier `full` taking this thread's arrival once its copies have
     // landed; offsets inside a page in 32 bits (the launcher checks that they fit). kElements:

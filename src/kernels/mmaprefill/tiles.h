@@ -8,6 +8,8 @@
 namespace fmha {
 namespace mmaprefill {
 
+inline constexpr int kLargestPage = 256;  // keys of a paged cache's largest page (fmha/problem.cpp checks)
+
 struct TileShape {
     int consumers;           // warpgroups (wgmma) of 64 query rows or waves (MFMA) of 32, sharing every K/V tile
     int block_keys;          // keys per K/V tile
@@ -15,6 +17,8 @@ struct TileShape {
     int producer_registers;  // per thread, after reallocation (setmaxnreg); 0: none (MFMA)
     int consumer_registers;
     int copied_pages = 0;    // wgmma serving kernel: pages of at most this many keys its producer copies, not boxes
+    int warpgroup_boxes = 0; // ... and larger pages up to this many keys it loads by boxes from every producer thread,
+                             // larger ones from one (kLargestPage: never)
 };
 
 // The family's kernels of one tuple: plain (launches with no run-time option), options (packed
@@ -32,7 +36,7 @@ constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype, bool shor
 constexpr bool operator==(const TileShape& a, const TileShape& b) {
     return a.consumers == b.consumers && a.block_keys == b.block_keys && a.stages == b.stages &&
            a.producer_registers == b.producer_registers && a.consumer_registers == b.consumer_registers &&
-           a.copied_pages == b.copied_pages;
+           a.copied_pages == b.copied_pages && a.warpgroup_boxes == b.warpgroup_boxes;
 }
 
 // Hopper: the consumers' registers hold the 64 x head_dim output accumulator and a 64 x
@@ -50,16 +54,19 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // consumers keeping 232 (setmaxnreg's pool, WgmmaTraits), and in 56 at d128, whose consumers
 // keep 224: there the producer copies pages of 16 keys, faster than eight TMA boxes a tile per
 // head-dim atom, and its copy loop needs the registers (d64 gained 2% from the copies, d256's
-// consumers spill at 224; docs/mmaprefill.md, "Paged KV"). The options alone keep the plain
-// kernel's registers (docs/decisions.md, "The serving options without the producer's copies").
+// consumers spill at 224; docs/mmaprefill.md, "Paged KV"). Larger pages come by TMA boxes from
+// one producer thread, but at d64 from a thread per page part (its pages of 16: six table reads
+// a tile in parallel; and the one-thread path beside the warpgroup's spilled). The options alone
+// keep the plain kernel's registers (docs/decisions.md, "The serving options without the
+// producer's copies").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
     const bool serving = variant != Variant::plain, copies = variant == Variant::copies;
     if (head_dim <= 64) {
-        if (short_causal) return {3, 64, 3, copies ? 48 : 24, copies ? 152 : 160};
-        if (serving) return {3, 96, 2, copies ? 48 : 24, copies ? 152 : 160};
+        if (short_causal) return {3, 64, 3, copies ? 48 : 24, copies ? 152 : 160, 0, copies ? kLargestPage : 0};
+        if (serving) return {3, 96, 2, copies ? 48 : 24, copies ? 152 : 160, 0, copies ? kLargestPage : 0};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
     if (head_dim <= 128) return copies ? TileShape{2, 128, 2, 56, 224, 16} : TileShape{2, 128, 2, 24, 240};

@@ -8,10 +8,10 @@
 // Warpgroup 0 is the producer: one thread issues TMA loads of each work tile's Q and of K and V
 // into a kStages-deep ring of shared-memory tiles, each completing on a "full" barrier and
 // given back on an "empty" one; it runs ahead into the next work tile while the consumers
-// finish the current one. A paged KV cache the whole warpgroup loads, page by page, copying a
-// sequence's last tile (and every tile of small pages) row by row; element rows (a head_dim that
-// is not a multiple of 8) it copies element by element, K and V, the consumers their own Q rows
-// (paged_tiles.h).
+// finish the current one. A paged KV cache's tiles come by TMA boxes per page from the same
+// thread, but for small pages, which the whole warpgroup copies row by row; element rows (a
+// head_dim that is not a multiple of 8) it copies element by element, K and V, the consumers
+// their own Q rows (paged_tiles.h).
 // Warpgroups 1.. are consumers of 64 query rows each:
 //   S = Q.K^T (wgmma, both from shared memory) -> mask -> online softmax (fp32, exp2) ->
 //   P (16-bit, in registers: the accumulator layout is the A-operand layout) -> O += P.V.
@@ -70,7 +70,7 @@ struct WgmmaTraits {
     static constexpr int kStages = kShape.stages;
     static constexpr int kThreads = (kConsumers + 1) * wgmma::kThreads;
     static constexpr int kAtoms = (kHeadDim + wgmma::kAtomColumns - 1) / wgmma::kAtomColumns;
-    using Pages = PagedTiles<kBlockKeys, kHeadDim, (kShape.copied_pages > 0)>;  // a paged cache's and element rows' loads
+    using Pages = PagedTiles<kBlockKeys, kHeadDim, kShape.copied_pages>;  // a paged cache's and element rows' loads
 
     // Shared memory: Q, the K ring, the V ring (1024-byte aligned swizzle atoms), barriers, and
     // the output's staging rows where they fit (else they are Q's).
@@ -106,7 +106,11 @@ struct WgmmaTraits {
 // The tensors as TMA maps (O's boxes: one consumer's rows); a __grid_constant__ kernel
 // parameter, so TMA reads them in place.
 struct TensorMaps {
-    CUtensorMap q, k, v, o;
+    CUtensorMap q, o;
+    // Paged: maps of the caches' pages, in boxes of a page part, of 8 rows and of 1, each tensor's
+    // three in a row (PagedTiles::load).
+    CUtensorMap k, k_groups, k_rows;
+    CUtensorMap v, v_groups, v_rows;
 };
 
 // The block's barriers. The K/V ring's slots are numbered across all of a block's work tiles:
@@ -140,7 +144,7 @@ struct Pipeline {
 // to the stack).
 template <class T, class Work, bool kCopied, class LoadKV>
 __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling& tiling, const TensorMaps& maps, uint32_t shared,
-                                        LoadKV&& load_kv) {
+                                        bool key_grid, LoadKV&& load_kv) {
     using P = Pipeline<T, uint32_t>;
     const P pipe{shared + T::kBarrierOffset};
     const bool elements = T::kCopies && element_rows(p.head_dim);
@@ -154,7 +158,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
     for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
         const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
         if (index < 0) continue;
-        const Work work = Work::of(p, tiling, index, T::kBlockKeys, kCopied);
+        const Work work = Work::of(p, tiling, index, T::kBlockKeys, key_grid);
         if (work.key_tiles == 0) continue;  // the consumers need no Q for it
         auto load_q = [&] {
             if (elements || threadIdx.x != 0) return;  // element rows: each consumer copies its Q rows
@@ -215,12 +219,16 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     uint8_t* output_rows = T::kOwnOutputRows ? shared + T::kOutputOffset : q_tile;
     const P pipe{reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset)};
     const int warpgroup = threadIdx.x / wgmma::kThreads;
-    // A paged KV cache, and element rows (kCopies), the whole producer warpgroup loads
-    // (paged_tiles.h): element rows' Q, K and V copied, a paged cache's K and V by TMA per page
-    // but for a sequence's last tile and pages of up to copied_pages keys (TileShape), which are
-    // copied; elsewhere Q, K and V come by TMA, issued by one thread.
+    // Element rows' Q, K and V, and a paged cache's K and V in pages of up to copied_pages keys
+    // (TileShape), the whole producer warpgroup copies, and up to warpgroup_boxes loads by boxes
+    // (paged_tiles.h); elsewhere Q, K and V come by TMA, issued by one thread (a paged cache's by
+    // boxes per page: with the warpgroup's arrivals and the consumers' fences on every tile, 5-9%
+    // slower; docs/decisions.md, "Paged tiles from one thread").
     const bool elements = T::kCopies && element_rows(p.head_dim);
-    const bool copied = elements || (T::kCopies && p.block_table != nullptr);
+    const bool on_pages = T::kCopies && p.block_table != nullptr;
+    constexpr int kWarpgroupPages = T::kShape.copied_pages > T::kShape.warpgroup_boxes ? T::kShape.copied_pages : T::kShape.warpgroup_boxes;
+    const bool copied = elements || (on_pages && kWarpgroupPages > 0 && (kWarpgroupPages >= kLargestPage || p.page_size <= kWarpgroupPages));
+    const bool key_grid = elements || on_pages;  // key tiles on a grid from key 0 (TileWork::of)
     using Pages = typename T::Pages;
 
     if (threadIdx.x == 0) {
@@ -240,17 +248,16 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
         hopper::release_registers<T::kShape.producer_registers>();
         const uint32_t base = hopper::shared_address(shared);
         if (copied) {
-            if (threadIdx.x == 0 && !elements) hopper::prefetch_tensor_map(&maps.k), hopper::prefetch_tensor_map(&maps.v);
-            produce<T, Work, true>(p, tiling, maps, base, [&](uint32_t full, uint32_t destination, uint4 walk, uint4 more, int i, bool v) {
+            produce<T, Work, true>(p, tiling, maps, base, key_grid, [&](uint32_t full, uint32_t destination, uint4 walk, uint4 more, int i, bool v) {
                 // walk: tiles_end, key tiles, first ring slot, StepPages entry; more: KV head,
-                // kv_end, StepPages shift (produce()). Tiles past kv_end are copied, zeros past it.
+                // kv_end, StepPages shift (produce()). Zeros past kv_end.
                 const int k0 = int(walk.x) - (i + 1) * T::kBlockKeys, head_kv = int(more.x), kv_end = int(more.y);
                 const StepPages pages{int(walk.w), int(more.z)};
                 if (elements) {
                     if (v) Pages::template copy<true>(full, destination, p.v, p.v_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
                     else Pages::template copy<true>(full, destination, p.k, p.k_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
                 } else if (k0 + T::kBlockKeys <= kv_end && p.page_size > T::kShape.copied_pages) {
-                    Pages::load(full, destination, v ? &maps.v : &maps.k, p.block_table, pages.entry, p.page_size, head_kv, k0);
+                    Pages::load_by_warpgroup(full, destination, v ? &maps.v : &maps.k, p.block_table, pages, p.page_size, head_kv, k0);
                 } else if (v) {
                     Pages::template copy<false>(full, destination, p.v, p.v_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
                 } else {
@@ -261,12 +268,19 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
         } else if (threadIdx.x == 0) {
             hopper::prefetch_tensor_map(&maps.k);
             hopper::prefetch_tensor_map(&maps.v);
-            produce<T, Work, false>(p, tiling, maps, base, [&](uint32_t full, uint32_t destination, const Work& work, uint4, int i, bool v) {
+            produce<T, Work, false>(p, tiling, maps, base, key_grid, [&](uint32_t full, uint32_t destination, const Work& work, uint4, int i, bool v) {
+                const int k0 = work.first_key(i, T::kBlockKeys);
+                if constexpr (T::kCopies && T::kShape.warpgroup_boxes < kLargestPage) {
+                    if (on_pages) {
+                        const StepPages pages = StepPages::of(p.block_table, p.cu_seqlens_kv, p.max_pages_per_seq, p.page_size, work.tile.batch);
+                        Pages::load(full, destination, v ? &maps.v : &maps.k, p.block_table, pages, p.page_size, work.tile.head_kv, k0, work.kv_end);
+                        return;
+                    }
+                }
                 hopper::barrier_arrive_expect(full, T::kKVBytes);
                 for (int atom = 0; atom < T::kAtoms; ++atom)
                     hopper::tma_load_4d(destination + atom * T::kBlockKeys * wgmma::kRowBytes, v ? &maps.v : &maps.k,
-                                        atom * wgmma::kAtomColumns, work.kv_row(work.first_key(i, T::kBlockKeys)),
-                                        work.tile.head_kv, work.kv_batch(p), full);
+                                        atom * wgmma::kAtomColumns, work.kv_row(k0), work.tile.head_kv, work.kv_batch(p), full);
             });
         }
         return;
@@ -298,10 +312,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     KeyTiles<kMasked, 2> keys;  // what the main loop needs of it
     int slot = 0;            // the K/V ring slot of the next key tile
 
-    // A K or V tile the main loop reads: its barrier, then (pages: the producer copies a
-    // sequence's last tile with cp.async, not TMA; element rows: every tile) a fence for wgmma's
-    // reads through the async proxy. On every tile of a paged launch: choosing the copied tile
-    // costs more than the fence.
+    // A K or V tile the main loop reads: its barrier, then (tiles the producer copies: small
+    // pages, element rows) a fence for wgmma's reads through the async proxy.
     auto wait_full = [&](uint64_t* full, uint32_t parity) {
         hopper::barrier_wait(full, parity);
         hopper::fence_async_shared_if(copied);
@@ -480,7 +492,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
         const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
         if (index < 0) continue;
-        work = Work::of(p, tiling, index, T::kBlockKeys, copied);
+        work = Work::of(p, tiling, index, T::kBlockKeys, key_grid);
         if (!work.has_rows) continue;
         // The tile's placement waits for the epilogue in shared memory, one copy per warp (warp-
         // uniform values): deriving it again there costs a tile's worth of divisions, and
