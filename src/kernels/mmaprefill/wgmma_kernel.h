@@ -9,9 +9,9 @@
 // into a kStages-deep ring of shared-memory tiles, each completing on a "full" barrier and
 // given back on an "empty" one; it runs ahead into the next work tile while the consumers
 // finish the current one. A paged KV cache's tiles come by TMA boxes per page from the same
-// thread, but for small pages, which the whole warpgroup copies row by row; element rows (a
-// head_dim that is not a multiple of 8) it copies element by element, K and V, the consumers
-// their own Q rows (paged_tiles.h).
+// thread, but for small pages and d64's, which the whole warpgroup loads (copies, or a box per
+// thread); element rows (a head_dim that is not a multiple of 8) it copies element by element,
+// K and V, the consumers their own Q rows (paged_tiles.h).
 // Warpgroups 1.. are consumers of 64 query rows each:
 //   S = Q.K^T (wgmma, both from shared memory) -> mask -> online softmax (fp32, exp2) ->
 //   P (16-bit, in registers: the accumulator layout is the A-operand layout) -> O += P.V.
