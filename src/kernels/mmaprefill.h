@@ -181,7 +181,7 @@ std::string describe(const FwdParams& p) {
                (!p.block_table ? ""
                 : p.page_size <= T::kShape.copied_pages
                     ? "; K/V tiles on a grid of pages, each copied from pages by the producer warpgroup"
-                : p.page_size <= T::kShape.warpgroup_boxes
+                : T::kShape.warpgroup_pages
                     ? "; K/V tiles on a grid of pages: TMA boxes of " + std::to_string(T::Pages::box_rows(p.page_size)) +
                           " keys from the producer warpgroup, a sequence's last tile copied"
                     : "; K/V tiles on a grid of pages: TMA boxes of " + std::to_string(T::Pages::box_rows(p.page_size)) +

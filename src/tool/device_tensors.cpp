@@ -173,7 +173,7 @@ void TensorSet::set_lengths(const DeviceLengths& lengths) {
     params.cu_seqlens_kv = packed && !problem.paged() ? lengths.cu_kv() : nullptr;
     if (!problem.paged() || host_block_table.empty()) return;
     const int width = params.max_pages_per_seq, page_size = problem.page_size;
-    const size_t row_bytes = 2 * size_t(problem.heads_kv) * problem.head_dim;
+    const TensorStrides& s = params.k_strides;  // K and V alike: [pages, page_size, heads_kv, head_dim]
     for (int b = 0; b < problem.batch; ++b) {
         const int length = lengths.host().kv.empty() ? problem.seqlen_kv : lengths.host().kv[b];
         const int used = (length + page_size - 1) / page_size;
@@ -181,8 +181,8 @@ void TensorSet::set_lengths(const DeviceLengths& lengths) {
                   spare_page);
         // The last page's rows past the sequence NaN too: a cache's unused rows hold anything.
         if (const int rows = length % page_size) {
-            const size_t offset = (size_t(host_block_table[int64_t(b) * width + length / page_size]) * page_size + rows) * row_bytes;
-            const size_t bytes = size_t(page_size - rows) * row_bytes;
+            const int64_t page = host_block_table[int64_t(b) * width + length / page_size];
+            const size_t offset = 2 * size_t(page * s.batch + rows * s.row), bytes = 2 * size_t((page_size - rows) * s.row);
             check(hipMemset(k.get<char>() + offset, 0xff, bytes), "poisoning a page's unused K rows");
             check(hipMemset(v.get<char>() + offset, 0xff, bytes), "poisoning a page's unused V rows");
         }

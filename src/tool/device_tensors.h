@@ -66,8 +66,8 @@ struct TensorSet {
     void fill(const Problem& p, uint64_t seed, float q_range = 1.f);
     void poison_output();  // every element of O (and of the log-sum-exps, if requested) NaN
     // Paged: the table's slots past each sequence's pages point at the NaN spare page, and its
-    // last page's rows past its keys are NaN. Packed:
-    // the sequences' places (cu_seqlens; a paged cache's keys by their lengths).
+    // last page's rows past its keys are NaN. Packed: the sequences' places (cu_seqlens; a paged
+    // cache's keys by their lengths).
     void set_lengths(const DeviceLengths& lengths);
     // Allocates the workspace the kernel asks for with these params (call after set_lengths).
     void prepare_for(const KernelEntry& kernel);

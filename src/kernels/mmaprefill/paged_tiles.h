@@ -6,7 +6,7 @@
 // reaches past the sequence's keys it takes in boxes of 8 rows and of one row, those past the
 // sequence at page -1, outside the map, which TMA fills with zeros (the cache holds whatever
 // there, and P.V would take NaN in V through a masked key's zero). Where one thread cannot keep
-// up or does not fit (TileShape::copied_pages, warpgroup_boxes), the producer warpgroup loads the
+// up or does not fit (TileShape::copied_pages, warpgroup_pages), the producer warpgroup loads the
 // tiles, copying small pages and a sequence's last tile row by row into the swizzled layout a box
 // would have (zeros past the sequence), and element rows likewise; a tile's full barrier then
 // counts one arrival per producer thread, a copy's the hardware's once the thread's copies have
@@ -81,7 +81,7 @@ struct PagedTiles {
 
     // The same keys, all in the sequence, by the warpgroup: its first threads a page part each
     // (their table reads in parallel), the others arriving at once; the barrier counts the
-    // warpgroup's arrivals (TileShape::warpgroup_boxes: d64, whose pages of 16 are six parts a tile).
+    // warpgroup's arrivals (TileShape::warpgroup_pages: d64, whose pages of 16 are six parts a tile).
     __device__ static void load_by_warpgroup(uint32_t full, uint32_t destination, const CUtensorMap* map, const int* block_table,
                                              StepPages pages, int page_size, int head, int k0) {
         const int thread = threadIdx.x % kThreads, rows = box_rows(page_size);

@@ -8,8 +8,6 @@
 namespace fmha {
 namespace mmaprefill {
 
-inline constexpr int kLargestPage = 256;  // keys of a paged cache's largest page (fmha/problem.cpp checks)
-
 struct TileShape {
     int consumers;           // warpgroups (wgmma) of 64 query rows or waves (MFMA) of 32, sharing every K/V tile
     int block_keys;          // keys per K/V tile
@@ -17,8 +15,7 @@ struct TileShape {
     int producer_registers;  // per thread, after reallocation (setmaxnreg); 0: none (MFMA)
     int consumer_registers;
     int copied_pages = 0;    // wgmma serving kernel: pages of at most this many keys its producer copies, not boxes
-    int warpgroup_boxes = 0; // ... and larger pages up to this many keys it loads by boxes from every producer thread,
-                             // larger ones from one (kLargestPage: never)
+    bool warpgroup_pages = false;  // ... and the rest by boxes from every producer thread, not from one
 };
 
 // The family's kernels of one tuple: plain (launches with no run-time option), options (packed
@@ -36,7 +33,7 @@ constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype, bool shor
 constexpr bool operator==(const TileShape& a, const TileShape& b) {
     return a.consumers == b.consumers && a.block_keys == b.block_keys && a.stages == b.stages &&
            a.producer_registers == b.producer_registers && a.consumer_registers == b.consumer_registers &&
-           a.copied_pages == b.copied_pages && a.warpgroup_boxes == b.warpgroup_boxes;
+           a.copied_pages == b.copied_pages && a.warpgroup_pages == b.warpgroup_pages;
 }
 
 // Hopper: the consumers' registers hold the 64 x head_dim output accumulator and a 64 x
@@ -65,8 +62,8 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
     const bool short_causal = causal && short_keys;
     const bool serving = variant != Variant::plain, copies = variant == Variant::copies;
     if (head_dim <= 64) {
-        if (short_causal) return {3, 64, 3, copies ? 48 : 24, copies ? 152 : 160, 0, copies ? kLargestPage : 0};
-        if (serving) return {3, 96, 2, copies ? 48 : 24, copies ? 152 : 160, 0, copies ? kLargestPage : 0};
+        if (short_causal) return {3, 64, 3, copies ? 48 : 24, copies ? 152 : 160, 0, copies};
+        if (serving) return {3, 96, 2, copies ? 48 : 24, copies ? 152 : 160, 0, copies};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
     if (head_dim <= 128) return copies ? TileShape{2, 128, 2, 56, 224, 16} : TileShape{2, 128, 2, 24, 240};

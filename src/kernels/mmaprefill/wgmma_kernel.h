@@ -220,14 +220,14 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     const P pipe{reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset)};
     const int warpgroup = threadIdx.x / wgmma::kThreads;
     // Element rows' Q, K and V, and a paged cache's K and V in pages of up to copied_pages keys
-    // (TileShape), the whole producer warpgroup copies, and up to warpgroup_boxes loads by boxes
-    // (paged_tiles.h); elsewhere Q, K and V come by TMA, issued by one thread (a paged cache's by
+    // (TileShape), the whole producer warpgroup copies, and d64's other pages it loads by boxes
+    // (warpgroup_pages; paged_tiles.h); elsewhere Q, K and V come by TMA, issued by one thread (a paged cache's by
     // boxes per page: with the warpgroup's arrivals and the consumers' fences on every tile, 5-9%
     // slower; docs/decisions.md, "Paged tiles from one thread").
     const bool elements = T::kCopies && element_rows(p.head_dim);
     const bool on_pages = T::kCopies && p.block_table != nullptr;
-    constexpr int kWarpgroupPages = T::kShape.copied_pages > T::kShape.warpgroup_boxes ? T::kShape.copied_pages : T::kShape.warpgroup_boxes;
-    const bool copied = elements || (on_pages && kWarpgroupPages > 0 && (kWarpgroupPages >= kLargestPage || p.page_size <= kWarpgroupPages));
+    const bool copied = elements || (on_pages && (T::kShape.warpgroup_pages ||
+                                                  (T::kShape.copied_pages > 0 && p.page_size <= T::kShape.copied_pages)));
     const bool key_grid = elements || on_pages;  // key tiles on a grid from key 0 (TileWork::of)
     using Pages = typename T::Pages;
 
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
             hopper::prefetch_tensor_map(&maps.v);
             produce<T, Work, false>(p, tiling, maps, base, key_grid, [&](uint32_t full, uint32_t destination, const Work& work, uint4, int i, bool v) {
                 const int k0 = work.first_key(i, T::kBlockKeys);
-                if constexpr (T::kCopies && T::kShape.warpgroup_boxes < kLargestPage) {
+                if constexpr (T::kCopies && !T::kShape.warpgroup_pages) {
                     if (on_pages) {
                         const StepPages pages = StepPages::of(p.block_table, p.cu_seqlens_kv, p.max_pages_per_seq, p.page_size, work.tile.batch);
                         Pages::load(full, destination, v ? &maps.v : &maps.k, p.block_table, pages, p.page_size, work.tile.head_kv, k0, work.kv_end);
