@@ -59,13 +59,11 @@ inline std::string describe_order(const PrefillTiling& t) {
 template <class Config, bool kShortKeys, Variant kVariant>
 using Traits = WgmmaTraits<Config, kShortKeys, kVariant>;
 
-// A K or V tensor as PagedTiles copies it: 16-byte chunks (base and strides on 16 bytes, as TMA
-// wants them too) or element rows (2-byte elements); s.batch (between pages, or sequences) and
-// the offsets inside a page or sequence of `rows` keys in 32 bits.
-inline bool copies_fit(const void* base, const TensorStrides& s, int rows, int heads, bool elements) {
-    const bool aligned = elements ? reinterpret_cast<uintptr_t>(base) % 2 == 0
-                                  : reinterpret_cast<uintptr_t>(base) % 16 == 0 && s.row % 8 == 0 && s.head % 8 == 0 && s.batch % 8 == 0;
-    return aligned && s.batch <= INT32_MAX && int64_t(rows) * s.row + int64_t(heads) * s.head <= INT32_MAX;
+// An element-row K or V tensor as PagedTiles copies it: 2-byte elements; s.batch (between pages,
+// or sequences) and the offsets inside a page or sequence of `rows` keys in 32 bits.
+inline bool element_copies_fit(const void* base, const TensorStrides& s, int rows, int heads) {
+    return reinterpret_cast<uintptr_t>(base) % 2 == 0 && s.batch <= INT32_MAX &&
+           int64_t(rows) * s.row + int64_t(heads) * s.head <= INT32_MAX;
 }
 
 // Key ranges up to this many keys take the tile table's short-keys shapes; beyond, those are
@@ -128,7 +126,7 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
         TensorMaps maps{};  // element rows: none, the warpgroups copy Q, K and V (paged_tiles.h)
         if (element_rows(p.head_dim)) {
             const int rows = p.block_table ? p.page_size : p.seqlen_kv;
-            if (!copies_fit(p.k, p.k_strides, rows, p.heads_kv, true) || !copies_fit(p.v, p.v_strides, rows, p.heads_kv, true))
+            if (!element_copies_fit(p.k, p.k_strides, rows, p.heads_kv) || !element_copies_fit(p.v, p.v_strides, rows, p.heads_kv))
                 return hipErrorInvalidValue;
         } else {
             if (!map(&maps.q, p.q, p.q_strides, p.cu_seqlens_q, p.total_q, p.heads_q, p.seqlen_q, tiling.rows_per_head,
@@ -143,8 +141,7 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
                     return hopper::encode_tensor_map(m, bf16, base, s, kPagesBound, p.heads_kv, p.page_size, p.head_dim, box_rows, 1);
                 };
                 const int rows = T::Pages::box_rows(p.page_size), group = T::Pages::kGroupRows;
-                if (!copies_fit(p.k, p.k_strides, p.page_size, p.heads_kv, false) ||
-                    !copies_fit(p.v, p.v_strides, p.page_size, p.heads_kv, false) || !pages_map(&maps.k, p.k, p.k_strides, rows) ||
+                if (!pages_map(&maps.k, p.k, p.k_strides, rows) ||
                     !pages_map(&maps.v, p.v, p.v_strides, rows) || !pages_map(&maps.k_groups, p.k, p.k_strides, group) ||
                     !pages_map(&maps.v_groups, p.v, p.v_strides, group) || !pages_map(&maps.k_rows, p.k, p.k_strides, 1) ||
                     !pages_map(&maps.v_rows, p.v, p.v_strides, 1))
@@ -179,14 +176,10 @@ std::string describe(const FwdParams& p) {
                 : T::kServing ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout)"
                               : "") +
                (!p.block_table ? ""
-                : p.page_size <= T::kShape.copied_pages
-                    ? "; K/V tiles on a grid of pages, each copied from pages by the producer warpgroup"
-                : T::kShape.warpgroup_pages
-                    ? "; K/V tiles on a grid of pages: TMA boxes of " + std::to_string(T::Pages::box_rows(p.page_size)) +
-                          " keys from the producer warpgroup, a sequence's last tile copied"
-                    : "; K/V tiles on a grid of pages: TMA boxes of " + std::to_string(T::Pages::box_rows(p.page_size)) +
-                          " keys from one thread, a sequence's last tile in boxes of " +
-                          std::to_string(T::Pages::kGroupRows) + " and of 1 (zeros past its keys)") +
+                               : "; K/V tiles on a grid of pages: TMA boxes of " + std::to_string(T::Pages::box_rows(p.page_size)) +
+                                     " keys from " + std::to_string(T::Pages::issuers(__builtin_ctz(p.page_size))) +
+                                     " producer thread(s), a part past a sequence's keys in boxes of " +
+                                     std::to_string(T::Pages::kGroupRows) + " and of 1 (zeros past its keys)") +
                (element_rows(p.head_dim) ? "; element rows (head_dim " + std::to_string(p.head_dim) +
                                                " is not a multiple of 8): the producer warpgroup copies K and V, each consumer its Q rows, element by element"
                                          : "");

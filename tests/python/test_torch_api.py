@@ -1322,7 +1322,7 @@ def test_torch_alibi_either_sign_and_side_matches_fp64(window, sign, head_dim, s
 
 
 @needs_cuda
-@pytest.mark.parametrize("page_size", [0, 16, 64])  # 0: not paged; 16: every tile copied, 64: TMA boxes
+@pytest.mark.parametrize("page_size", [0, 16, 64])  # 0: not paged; 16: boxes from four producer warps, 64: two
 def test_torch_varlen_softcap_alibi_and_pages(page_size):
     api = _api()
     torch.manual_seed(11)

@@ -51,16 +51,6 @@ __device__ inline void copy_async(void* shared, const void* global, bool valid) 
 #endif
 }
 
-#if defined(__HIP_PLATFORM_NVIDIA__)
-// The first `bytes` (0 to 16) of 16 from global memory to the shared-memory address `shared`,
-// the rest of them zeros: a row's last chunk where head_dim is not a multiple of 8, or nothing
-// read at all; through L2 only (.cg). Complete once copy_async_wait_all() has passed, or as
-// hopper::copy_async_arrive()'s barrier says.
-__device__ inline void copy_async_prefix(uint32_t shared, const void* global, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global), "r"(bytes) : "memory");
-}
-#endif
-
 // Waits for this thread's asynchronous copies (the others' need a barrier after it).
 __device__ inline void copy_async_wait_all() {
 #if defined(__HIP_PLATFORM_NVIDIA__)

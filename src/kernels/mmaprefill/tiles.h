@@ -14,14 +14,12 @@ struct TileShape {
     int stages;              // K/V tiles in shared memory (wgmma: the TMA ring; MFMA: V^T's, K has two)
     int producer_registers;  // per thread, after reallocation (setmaxnreg); 0: none (MFMA)
     int consumer_registers;
-    int copied_pages = 0;    // wgmma serving kernel: pages of at most this many keys its producer copies, not boxes
-    bool warpgroup_pages = false;  // ... and the rest by boxes from every producer thread, not from one
 };
 
 // The family's kernels of one tuple: plain (launches with no run-time option), options (packed
 // batches, softcapping, ALiBi, dropout: their state takes registers), and copies (the options,
-// and a paged KV cache or element rows, which the producer warpgroup copies with registers of
-// its own). A launch takes the first that serves it; where two have one tile shape, one kernel
+// and a paged KV cache, whose boxes several producer warps issue, or element rows, which the
+// producer warpgroup copies: registers of their own). A launch takes the first that serves it; where two have one tile shape, one kernel
 // is built for both (mmaprefill.h: with_traits).
 enum class Variant { plain, options, copies };
 
@@ -32,8 +30,7 @@ constexpr TileShape tile_shape(int head_dim, bool causal, DType dtype, bool shor
 
 constexpr bool operator==(const TileShape& a, const TileShape& b) {
     return a.consumers == b.consumers && a.block_keys == b.block_keys && a.stages == b.stages &&
-           a.producer_registers == b.producer_registers && a.consumer_registers == b.consumer_registers &&
-           a.copied_pages == b.copied_pages && a.warpgroup_pages == b.warpgroup_pages;
+           a.producer_registers == b.producer_registers && a.consumer_registers == b.consumer_registers;
 }
 
 // Hopper: the consumers' registers hold the 64 x head_dim output accumulator and a 64 x
@@ -45,28 +42,23 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // diagonal are then each consumer's own 64 x 64 triangle, not wider tiles it sees in part,
 // which outweighs the narrower tiles' dearer steps there (d128's 128-key tiles already are two
 // consumers' rows; 64 is slower there). The options spill with d64's 112- and 128-key tiles:
-// they take 96, and 64 at d256 (80 spill at 240). The copies' producer loads a paged cache and
-// element rows (paged_tiles.h) in 48 registers at d64 (32 spilled the element rows), its three
-// consumers then keeping 152 (the options alone keep 160), in 40 at d256 (24 spilled), its two
-// consumers keeping 232 (setmaxnreg's pool, WgmmaTraits), and in 56 at d128, whose consumers
-// keep 224: there the producer copies pages of 16 keys, faster than eight TMA boxes a tile per
-// head-dim atom, and its copy loop needs the registers (d64 gained 2% from the copies, d256's
-// consumers spill at 224; docs/mmaprefill.md, "Paged KV"). Larger pages come by TMA boxes from
-// one producer thread, but at d64 from a thread per page part (its pages of 16: six table reads
-// a tile in parallel; and the one-thread path beside the warpgroup's spilled). The options alone
-// keep the plain kernel's registers (docs/decisions.md, "The serving options without the
-// producer's copies").
+// they take 96, and 64 at d256 (80 spill at 240). The copies' producer loads a paged cache by
+// TMA boxes and copies element rows (paged_tiles.h): in 48 registers at d64 (32 spilled the
+// element rows), its three consumers then keeping 152 (the options alone keep 160), in 40 at
+// d128 and d256 (24 spilled), their two consumers keeping 232 (setmaxnreg's pool, WgmmaTraits).
+// The options alone keep the plain kernel's registers (docs/decisions.md, "The serving options
+// without the producer's copies").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
     const bool serving = variant != Variant::plain, copies = variant == Variant::copies;
     if (head_dim <= 64) {
-        if (short_causal) return {3, 64, 3, copies ? 48 : 24, copies ? 152 : 160, 0, copies};
-        if (serving) return {3, 96, 2, copies ? 48 : 24, copies ? 152 : 160, 0, copies};
+        if (short_causal) return {3, 64, 3, copies ? 56 : 24, copies ? 152 : 160};
+        if (serving) return {3, 96, 2, copies ? 56 : 24, copies ? 152 : 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
-    if (head_dim <= 128) return copies ? TileShape{2, 128, 2, 56, 224, 16} : TileShape{2, 128, 2, 24, 240};
+    if (head_dim <= 128) return {2, 128, 2, copies ? 56 : 24, copies ? 224 : 240};
     if (copies) return {2, 64, 2, 40, 232};
     if (serving || short_causal) return {2, 64, 2, 24, 240};
     return {2, 80, 2, 24, 240};

@@ -8,10 +8,9 @@
 // Warpgroup 0 is the producer: one thread issues TMA loads of each work tile's Q and of K and V
 // into a kStages-deep ring of shared-memory tiles, each completing on a "full" barrier and
 // given back on an "empty" one; it runs ahead into the next work tile while the consumers
-// finish the current one. A paged KV cache's tiles come by TMA boxes per page from the same
-// thread, but for small pages and d64's, which the whole warpgroup loads (copies, or a box per
-// thread); element rows (a head_dim that is not a multiple of 8) it copies element by element,
-// K and V, the consumers their own Q rows (paged_tiles.h).
+// finish the current one. A paged KV cache's tiles come by TMA boxes per page, from the first
+// thread of up to four producer warps; element rows (a head_dim that is not a multiple of 8) the
+// warpgroup copies element by element, K and V, the consumers their own Q rows (paged_tiles.h).
 // Warpgroups 1.. are consumers of 64 query rows each:
 //   S = Q.K^T (wgmma, both from shared memory) -> mask -> online softmax (fp32, exp2) ->
 //   P (16-bit, in registers: the accumulator layout is the A-operand layout) -> O += P.V.
@@ -53,7 +52,7 @@ namespace mmaprefill {
 
 // kShortKeys: the tile table's shape for launches whose rows see few keys; kVariant (tiles.h):
 // kServing, the kernel takes the run-time options (packed batches, softcapping, ALiBi, dropout),
-// and kCopies, its producer warpgroup copies a paged cache's tiles and element rows too; launches
+// and kCopies, its producer also loads a paged cache's tiles and copies element rows; launches
 // without any option run the plain kernel, whose code does not change with them.
 template <class Config, bool kShortKeys_, Variant kVariant_>
 struct WgmmaTraits {
@@ -70,7 +69,7 @@ struct WgmmaTraits {
     static constexpr int kStages = kShape.stages;
     static constexpr int kThreads = (kConsumers + 1) * wgmma::kThreads;
     static constexpr int kAtoms = (kHeadDim + wgmma::kAtomColumns - 1) / wgmma::kAtomColumns;
-    using Pages = PagedTiles<kBlockKeys, kHeadDim, kShape.copied_pages>;  // a paged cache's and element rows' loads
+    using Pages = PagedTiles<kBlockKeys, kHeadDim>;  // a paged cache's and element rows' loads
 
     // Shared memory: Q, the K ring, the V ring (1024-byte aligned swizzle atoms), barriers, and
     // the output's staging rows where they fit (else they are Q's).
@@ -134,26 +133,24 @@ struct Pipeline {
     __device__ static uint32_t parity(int slot) { return uint32_t(slot / T::kStages) & 1u; }
 };
 
-// The producer warpgroup's walk: for each work tile of this block, the K and V tiles of its keys
-// into the ring in turn (load_kv(full barrier, destination, the work tile [kCopied: as two
-// words in shared memory], key tile, is V) once the slot is empty), and its Q, by TMA from
-// thread 0: after its first K (K is then on its way while the consumers still stage the
-// previous tile's output), or before it (kCopied: the Q coordinates then hold no registers
-// through the walk; element rows: no Q, each consumer copies its own rows). Inlined, each way
-// of loading K and V its own copy (a closure left in memory would take the kernel's arguments
-// to the stack).
-template <class T, class Work, bool kCopied, class LoadKV>
+// The producer's walk: for each work tile of this block, the K and V tiles of its keys into the
+// ring in turn (load_kv(full barrier, destination, the work tile [kShared: as two words in
+// shared memory], key tile, is V) once the slot is empty), and (thread 0's walk) its Q by TMA
+// after its first K, which is then on its way while the consumers still stage the previous
+// tile's output. kShared: the walk of whole warps that hold the work tile in shared memory,
+// a copy per warp, rather than in registers (the producer has few), and load no Q: the
+// warpgroup copying element rows (each consumer copies its own Q rows), and the warps issuing
+// a paged tile's later parts. Inlined, each way of loading K and V its own copy (a closure left
+// in memory would take the kernel's arguments to the stack).
+template <class T, class Work, bool kShared, class LoadKV>
 __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling& tiling, const TensorMaps& maps, uint32_t shared,
                                         bool key_grid, LoadKV&& load_kv) {
     using P = Pipeline<T, uint32_t>;
     const P pipe{shared + T::kBarrierOffset};
-    const bool elements = T::kCopies && element_rows(p.head_dim);
-    // kCopied: what the walk needs of the work tile waits in shared memory, a copy per warp,
-    // rather than in registers (the producer has few): tiles_end, key tiles, its first ring slot,
-    // its rows' StepPages; then its KV head and kv_end.
+    // kShared: tiles_end, key tiles, the first ring slot, the rows' StepPages; then the KV head and kv_end.
     __shared__ uint4 walks[wgmma::kThreads / 32][2];
     const auto walk = [&](int part) { return &walks[threadIdx.x / 32][part]; };  // not held: a register fewer
-    if (threadIdx.x == 0 && !elements) hopper::prefetch_tensor_map(&maps.q);
+    if (!kShared) hopper::prefetch_tensor_map(&maps.q);
     int slot = 0, q_loads = 0;
     for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
         const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
@@ -161,7 +158,6 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
         const Work work = Work::of(p, tiling, index, T::kBlockKeys, key_grid);
         if (work.key_tiles == 0) continue;  // the consumers need no Q for it
         auto load_q = [&] {
-            if (elements || threadIdx.x != 0) return;  // element rows: each consumer copies its Q rows
             hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u);
             hopper::barrier_arrive_expect(pipe.q_full(),
                                           T::kAtoms * tiling.rows_per_head * tiling.heads_per_tile * wgmma::kRowBytes);
@@ -169,8 +165,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
                 hopper::tma_load_4d(shared + atom * T::kBlockRows * wgmma::kRowBytes, &maps.q, atom * wgmma::kAtomColumns,
                                     work.q_row(work.tile.position0), work.tile.head0, work.q_batch(p), pipe.q_full());
         };
-        if constexpr (kCopied) {
-            load_q();
+        if constexpr (kShared) {
             __syncwarp();
             if (threadIdx.x % 32 == 0) {
                 const StepPages pages = StepPages::of(p.block_table, p.cu_seqlens_kv, p.max_pages_per_seq, p.page_size, work.tile.batch);
@@ -180,20 +175,20 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
             __syncwarp();
         }
         const int key_tiles = work.key_tiles;
-        for (int n = 0; n < 2 * (kCopied ? int(load_shared_volatile(walk(0)).y) : key_tiles); ++n) {  // K0, V0, K1, V1, ...
+        for (int n = 0; n < 2 * (kShared ? int(load_shared_volatile(walk(0)).y) : key_tiles); ++n) {  // K0, V0, K1, V1, ...
             const bool v = n % 2 == 1;
-            const int ring_slot = (kCopied ? int(load_shared_volatile(walk(0)).z) : slot) + n / 2, stage = P::stage(ring_slot);
+            const int ring_slot = (kShared ? int(load_shared_volatile(walk(0)).z) : slot) + n / 2, stage = P::stage(ring_slot);
             hopper::barrier_wait(v ? pipe.v_empty(stage) : pipe.k_empty(stage), P::parity(ring_slot) ^ 1u);
             const uint32_t full = v ? pipe.v_full(stage) : pipe.k_full(stage);
             const uint32_t destination = shared + (v ? T::kVOffset : T::kKOffset) + stage * T::kKVBytes;
-            if constexpr (kCopied) {
+            if constexpr (kShared) {
                 load_kv(full, destination, load_shared_volatile(walk(0)), load_shared_volatile(walk(1)), n / 2, v);
             } else {
                 load_kv(full, destination, work, uint4{}, n / 2, v);
                 if (n == 0) load_q();
             }
         }
-        if constexpr (kCopied) {  // from shared memory: neither value is held through the copies
+        if constexpr (kShared) {  // from shared memory: neither value is held through the loads
             const uint4 copied = load_shared_volatile(walk(0));
             slot = int(copied.z + copied.y);
         } else {
@@ -219,15 +214,12 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     uint8_t* output_rows = T::kOwnOutputRows ? shared + T::kOutputOffset : q_tile;
     const P pipe{reinterpret_cast<uint64_t*>(shared + T::kBarrierOffset)};
     const int warpgroup = threadIdx.x / wgmma::kThreads;
-    // Element rows' Q, K and V, and a paged cache's K and V in pages of up to copied_pages keys
-    // (TileShape), the whole producer warpgroup copies, and d64's other pages it loads by boxes
-    // (warpgroup_pages; paged_tiles.h); elsewhere Q, K and V come by TMA, issued by one thread (a paged cache's by
-    // boxes per page: with the warpgroup's arrivals and the consumers' fences on every tile, 5-9%
-    // slower; docs/decisions.md, "Paged tiles from one thread").
+    // Element rows' Q, K and V the warpgroups copy; elsewhere Q, K and V come by TMA, issued by
+    // one thread, a paged cache's by boxes per page from the first thread of up to four producer
+    // warps (paged_tiles.h; with the warpgroup's arrivals and the consumers' fences on every
+    // tile, 5-9% slower: docs/decisions.md, "Paged tiles from one thread").
     const bool elements = T::kCopies && element_rows(p.head_dim);
     const bool on_pages = T::kCopies && p.block_table != nullptr;
-    const bool copied = elements || (on_pages && (T::kShape.warpgroup_pages ||
-                                                  (T::kShape.copied_pages > 0 && p.page_size <= T::kShape.copied_pages)));
     const bool key_grid = elements || on_pages;  // key tiles on a grid from key 0 (TileWork::of)
     using Pages = typename T::Pages;
 
@@ -235,8 +227,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
         hopper::barrier_init(pipe.q_full(), 1);
         hopper::barrier_init(pipe.q_empty(), T::kConsumers * 4);  // one arrival per consumer warp
         for (int s = 0; s < T::kStages; ++s) {
-            hopper::barrier_init(pipe.k_full(s), copied ? Pages::kThreads : 1);
-            hopper::barrier_init(pipe.v_full(s), copied ? Pages::kThreads : 1);
+            hopper::barrier_init(pipe.k_full(s), elements ? Pages::kThreads : 1);
+            hopper::barrier_init(pipe.v_full(s), elements ? Pages::kThreads : 1);
             hopper::barrier_init(pipe.k_empty(s), T::kConsumers * 4);
             hopper::barrier_init(pipe.v_empty(s), T::kConsumers * 4);
         }
@@ -247,33 +239,38 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     if (warpgroup == 0) {  // ---------------------------------------------------------- producer
         hopper::release_registers<T::kShape.producer_registers>();
         const uint32_t base = hopper::shared_address(shared);
-        if (copied) {
+        if (elements || (on_pages && threadIdx.x >= 32)) {
+            // Whole warps walking from shared memory (produce()): the warpgroup copying element
+            // rows, or the warps after the first issuing a paged tile's later parts, one per part
+            // (paged_tiles.h; a walk of their own: in thread 0's, the producer spilled).
+            if (!elements && int(threadIdx.x / 32) >= Pages::issuers(__ffs(p.page_size) - 1)) return;
             produce<T, Work, true>(p, tiling, maps, base, key_grid, [&](uint32_t full, uint32_t destination, uint4 walk, uint4 more, int i, bool v) {
                 // walk: tiles_end, key tiles, first ring slot, StepPages entry; more: KV head,
-                // kv_end, StepPages shift (produce()). Zeros past kv_end.
+                // kv_end, StepPages shift (produce()).
                 const int k0 = int(walk.x) - (i + 1) * T::kBlockKeys, head_kv = int(more.x), kv_end = int(more.y);
                 const StepPages pages{int(walk.w), int(more.z)};
-                if (elements) {
-                    if (v) Pages::template copy<true>(full, destination, p.v, p.v_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
-                    else Pages::template copy<true>(full, destination, p.k, p.k_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
-                } else if (k0 + T::kBlockKeys <= kv_end && p.page_size > T::kShape.copied_pages) {
-                    Pages::load_by_warpgroup(full, destination, v ? &maps.v : &maps.k, p.block_table, pages, p.page_size, head_kv, k0);
+                if (!elements) {
+                    if (threadIdx.x % 32 == 0)
+                        Pages::template load<false>(full, destination, v ? &maps.v : &maps.k, p.block_table, pages, p.page_size, head_kv, k0, kv_end,
+                                                    threadIdx.x / 32);
                 } else if (v) {
-                    Pages::template copy<false>(full, destination, p.v, p.v_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
+                    Pages::copy(full, destination, p.v, p.v_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
                 } else {
-                    Pages::template copy<false>(full, destination, p.k, p.k_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
+                    Pages::copy(full, destination, p.k, p.k_strides, p.block_table, pages, head_kv, k0, kv_end, p.head_dim);
                 }
             });
-            copy_async_wait_all();  // nothing left in flight as the producer leaves
-        } else if (threadIdx.x == 0) {
+            return;
+        }
+        if (threadIdx.x == 0) {  // Q, K and V by TMA; a paged tile's first part, and all of one reaching past its keys
             hopper::prefetch_tensor_map(&maps.k);
             hopper::prefetch_tensor_map(&maps.v);
             produce<T, Work, false>(p, tiling, maps, base, key_grid, [&](uint32_t full, uint32_t destination, const Work& work, uint4, int i, bool v) {
                 const int k0 = work.first_key(i, T::kBlockKeys);
-                if constexpr (T::kCopies && !T::kShape.warpgroup_pages) {
+                if constexpr (T::kCopies) {
                     if (on_pages) {
                         const StepPages pages = StepPages::of(p.block_table, p.cu_seqlens_kv, p.max_pages_per_seq, p.page_size, work.tile.batch);
-                        Pages::load(full, destination, v ? &maps.v : &maps.k, p.block_table, pages, p.page_size, work.tile.head_kv, k0, work.kv_end);
+                        Pages::template load<true>(full, destination, v ? &maps.v : &maps.k, p.block_table, pages, p.page_size, work.tile.head_kv, k0,
+                                                   work.kv_end, 0);
                         return;
                     }
                 }
@@ -312,12 +309,9 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     KeyTiles<kMasked, 2> keys;  // what the main loop needs of it
     int slot = 0;            // the K/V ring slot of the next key tile
 
-    // A K or V tile the main loop reads: its barrier, then (tiles the producer copies: small
-    // pages, element rows) a fence for wgmma's reads through the async proxy.
-    auto wait_full = [&](uint64_t* full, uint32_t parity) {
-        hopper::barrier_wait(full, parity);
-        hopper::fence_async_shared_if(copied);
-    };
+    // A K or V tile the main loop reads: its barrier (element rows' copies are fenced for
+    // wgmma's reads by the producer threads that store them: PagedTiles::copy).
+    auto wait_full = [&](uint64_t* full, uint32_t parity) { hopper::barrier_wait(full, parity); };
     // P.V reads its A operand from these registers while it runs: keep them until its wait.
     auto pin_probabilities = [&] {
 #pragma unroll

@@ -128,21 +128,6 @@ __device__ inline void store_shared_16(uint32_t shared, const uint4& value) {
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // Orders this thread's global-memory accesses by the generic proxy with its bulk (TMA) ones.
 __device__ inline void fence_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
-// The same fence where `predicate` holds, predicated inside the PTX (no branch: see barrier_arrive_if).
-__device__ inline void fence_async_shared_if(bool predicate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.u32 p, %0, 0;\n"
-        "@p fence.proxy.async.shared::cta;\n"
-        "}\n" ::"r"(uint32_t(predicate))
-        : "memory");
-}
-// One arrival at a barrier, made once this thread's cp.async copies issued so far have landed:
-// one of the arrivals the barrier was initialised to count (.noinc).
-__device__ inline void copy_async_arrive(uint32_t barrier) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(barrier) : "memory");
-}
 __device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Until this thread's committed stores have read their shared memory / have completed.
 __device__ inline void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
