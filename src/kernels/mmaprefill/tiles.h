@@ -19,8 +19,8 @@ struct TileShape {
 // The family's kernels of one tuple: plain (launches with no run-time option), options (packed
 // batches, softcapping, ALiBi, dropout: their state takes registers), and copies (the options,
 // and a paged KV cache, whose boxes several producer warps issue, or element rows, which the
-// producer warpgroup copies: registers of their own). A launch takes the first that serves it; where two have one tile shape, one kernel
-// is built for both (mmaprefill.h: with_traits).
+// producer warpgroup copies: registers of their own). A launch takes the first that serves it;
+// where two have one tile shape, one kernel is built for both (mmaprefill.h: with_traits).
 enum class Variant { plain, options, copies };
 
 // short_keys: the launch's rows see few keys (the launcher's rule), where a tile's share of
@@ -43,11 +43,12 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // which outweighs the narrower tiles' dearer steps there (d128's 128-key tiles already are two
 // consumers' rows; 64 is slower there). The options spill with d64's 112- and 128-key tiles:
 // they take 96, and 64 at d256 (80 spill at 240). The copies' producer loads a paged cache by
-// TMA boxes and copies element rows (paged_tiles.h): in 48 registers at d64 (32 spilled the
-// element rows), its three consumers then keeping 152 (the options alone keep 160), in 40 at
-// d128 and d256 (24 spilled), their two consumers keeping 232 (setmaxnreg's pool, WgmmaTraits).
-// The options alone keep the plain kernel's registers (docs/decisions.md, "The serving options
-// without the producer's copies").
+// TMA boxes and copies element rows (paged_tiles.h): in 56 registers at d64 (48 spilled its
+// walks), its three consumers then keeping 152 (the options alone keep 160); in 56 at d128 (48
+// spilled), its two consumers keeping 224; in 40 at d256, whose consumers spill at 224 and keep
+// 232 (setmaxnreg's pool, WgmmaTraits; docs/mmaprefill.md, "Paged KV"). The options alone keep
+// the plain kernel's registers (docs/decisions.md, "The serving options without the producer's
+// copies").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
     (void)dtype;
