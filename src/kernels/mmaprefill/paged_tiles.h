@@ -19,7 +19,6 @@
 
 #include "fmha/params.h"
 #include "kernels/common/element_rows.h"
-#include "kernels/common/memory.h"
 #include "kernels/common/paged_kv.h"
 #include "kernels/common/rows.h"
 #include "kernels/common/tile_schedule.h"
