@@ -71,10 +71,12 @@ inline bool element_copies_fit(const void* base, const TensorStrides& s, int row
 inline constexpr int kShortKeysMax = 2048;
 
 // Calls fn(Traits{}) with the kernel the launch takes (tiles.h, Variant): the plain one where it
-// asks for no run-time option; the options' one where it asks for some (packed, softcapping,
-// ALiBi, dropout) and the copies' where it also reads a paged cache or element rows, or where
-// the options' tile is the copies' (then no kernel of options alone is built); and the table's
-// short-keys tile shape where the key range is short and the table has a distinct one.
+// asks for no run-time option; the paged one where it reads a paged cache with no scoring option,
+// no dropout and no element rows (packed or not); the options' one where it asks for some
+// (packed, softcapping, ALiBi, dropout) and the copies' where it also reads a paged cache or
+// element rows, or where the options' tile is the copies' (then no kernel of options alone is
+// built); and the table's short-keys tile shape where the key range is short and the table has
+// a distinct one.
 template <class Config, Variant kVariant, class Fn>
 auto with_shape(const FwdParams& p, Fn&& fn) {
     if constexpr (!(Traits<Config, true, kVariant>::kShape == Traits<Config, false, kVariant>::kShape)) {
@@ -85,6 +87,10 @@ auto with_shape(const FwdParams& p, Fn&& fn) {
 template <class Config, class Fn>
 auto with_traits(const FwdParams& p, Fn&& fn) {
     if (!has_run_time_options(p)) return with_shape<Config, Variant::plain>(p, fn);
+    if constexpr (has_paged_kernel(Config::head_dim)) {
+        if (p.block_table && !element_rows(p.head_dim) && p.softcap == 0.f && !p.alibi_slopes && p.dropout.p == 0.f)
+            return with_shape<Config, Variant::paged>(p, fn);
+    }
     if constexpr (!(Traits<Config, false, Variant::options>::kShape == Traits<Config, false, Variant::copies>::kShape)) {
         if (!p.block_table && !element_rows(p.head_dim)) return with_shape<Config, Variant::options>(p, fn);
     }
@@ -173,6 +179,7 @@ std::string describe(const FwdParams& p) {
                std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) +
                "-stage shared-memory ring" + describe_order(t) +
                (T::kCopies    ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout) and the producer's copies (paged KV, element rows)"
+                : T::kPages   ? "; the paged kernel (packed batches, no scoring option, no dropout)"
                 : T::kServing ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout)"
                               : "") +
                (!p.block_table ? ""

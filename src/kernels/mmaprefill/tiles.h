@@ -17,11 +17,13 @@ struct TileShape {
 };
 
 // The family's kernels of one tuple: plain (launches with no run-time option), options (packed
-// batches, softcapping, ALiBi, dropout: their state takes registers), and copies (the options,
-// and a paged KV cache, whose boxes several producer warps issue, or element rows, which the
+// batches, softcapping, ALiBi, dropout: their state takes registers), paged (a paged KV cache,
+// whose boxes several producer warps issue, and packed batches, but no scoring option nor
+// dropout: where has_paged_kernel()), and copies (all of those, and element rows, which the
 // producer warpgroup copies: registers of their own). A launch takes the first that serves it;
-// where two have one tile shape, one kernel is built for both (mmaprefill.h: with_traits).
-enum class Variant { plain, options, copies };
+// where options and copies have one tile shape, one kernel is built for both (mmaprefill.h:
+// with_traits).
+enum class Variant { plain, options, paged, copies };
 
 // short_keys: the launch's rows see few keys (the launcher's rule), where a tile's share of
 // keys crossing the causal diagonal is large.
@@ -46,24 +48,32 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // TMA boxes and copies element rows (paged_tiles.h): in 56 registers at d64 (48 spilled its
 // walks), its three consumers then keeping 152 (the options alone keep 160); in 56 at d128 (48
 // spilled), its two consumers keeping 224; in 40 at d256, whose consumers spill at 224 and keep
-// 232 (setmaxnreg's pool, WgmmaTraits; docs/mmaprefill.md, "Paged KV"). The options alone keep
-// the plain kernel's registers (docs/decisions.md, "The serving options without the producer's
-// copies").
+// 232 (setmaxnreg's pool, WgmmaTraits; docs/mmaprefill.md, "Paged KV"). The paged kernel's
+// producer, which copies nothing, fits 40 at d128 too (consumers 232; at 24 it spilled), and
+// its consumers' code lacks the options': 2-4% faster than the copies' kernel at pages of 64 and
+// up. The options alone keep the plain kernel's registers (docs/decisions.md, "The serving
+// options without the producer's copies", "A paged kernel without the options").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
-    const bool serving = variant != Variant::plain, copies = variant == Variant::copies;
+    const bool copies = variant == Variant::copies, paged = variant == Variant::paged;
+    const bool walks_pages = copies || paged;  // the producer's registers for a paged cache's walks
     if (head_dim <= 64) {
-        if (short_causal) return {3, 64, 3, copies ? 56 : 24, copies ? 152 : 160};
-        if (serving) return {3, 96, 2, copies ? 56 : 24, copies ? 152 : 160};
+        if (short_causal) return {3, 64, 3, walks_pages ? 56 : 24, walks_pages ? 152 : 160};
+        if (variant != Variant::plain) return {3, 96, 2, walks_pages ? 56 : 24, walks_pages ? 152 : 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
-    if (head_dim <= 128) return {2, 128, 2, copies ? 56 : 24, copies ? 224 : 240};
-    if (copies) return {2, 64, 2, 40, 232};
-    if (serving || short_causal) return {2, 64, 2, 24, 240};
+    if (head_dim <= 128) return {2, 128, 2, copies ? 56 : paged ? 40 : 24, copies ? 224 : paged ? 232 : 240};
+    if (walks_pages) return {2, 64, 2, 40, 232};
+    if (variant == Variant::options || short_causal) return {2, 64, 2, 24, 240};
     return {2, 80, 2, 24, 240};
 }
+
+// Whether paged launches without options have a kernel of their own (Variant::paged): at d64,
+// without the options' code, it measured no faster than the copies' kernel (-2% on chunks, +2-3%
+// on the sweep's shapes: docs/decisions.md), so d64's paged launches take that one.
+constexpr bool has_paged_kernel(int head_dim) { return head_dim > 64; }
 
 // CDNA (gfx908, gfx90a, gfx942 alike: 64 KiB of LDS per workgroup, 512 registers per lane of a
 // wave alone on its SIMD): 4 waves of 32 query rows; in LDS two stages of K (row-major) and

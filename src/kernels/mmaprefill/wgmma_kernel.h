@@ -51,9 +51,10 @@ namespace fmha {
 namespace mmaprefill {
 
 // kShortKeys: the tile table's shape for launches whose rows see few keys; kVariant (tiles.h):
-// kServing, the kernel takes the run-time options (packed batches, softcapping, ALiBi, dropout),
-// and kCopies, its producer also loads a paged cache's tiles and copies element rows; launches
-// without any option run the plain kernel, whose code does not change with them.
+// kServing, the kernel takes packed batches; kOptions, the scoring options and dropout; kPages,
+// its producer loads a paged cache's tiles (the paged kernel: always); kCopies, it also copies
+// element rows. Launches without any option run the plain kernel, whose code does not change
+// with them.
 template <class Config, bool kShortKeys_, Variant kVariant_>
 struct WgmmaTraits {
     static constexpr TileShape kShape = tile_shape<MatrixCore::wgmma>(Config::head_dim, Config::mask == Mask::causal,
@@ -61,6 +62,8 @@ struct WgmmaTraits {
     static constexpr bool kShortKeys = kShortKeys_;
     static constexpr Variant kVariant = kVariant_;
     static constexpr bool kServing = kVariant_ != Variant::plain;
+    static constexpr bool kOptions = kVariant_ == Variant::options || kVariant_ == Variant::copies;
+    static constexpr bool kPages = kVariant_ == Variant::paged || kVariant_ == Variant::copies;
     static constexpr bool kCopies = kVariant_ == Variant::copies;
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kConsumers = kShape.consumers;
@@ -219,7 +222,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     // warps (paged_tiles.h; with the warpgroup's arrivals and the consumers' fences on every
     // tile, 5-9% slower: docs/decisions.md, "Paged tiles from one thread").
     const bool elements = T::kCopies && element_rows(p.head_dim);
-    const bool on_pages = T::kCopies && p.block_table != nullptr;
+    const bool on_pages = T::kVariant == Variant::paged || (T::kCopies && p.block_table != nullptr);
     const bool key_grid = elements || on_pages;  // key tiles on a grid from key 0 (TileWork::of)
     using Pages = typename T::Pages;
 
@@ -266,7 +269,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
             hopper::prefetch_tensor_map(&maps.v);
             produce<T, Work, false>(p, tiling, maps, base, key_grid, [&](uint32_t full, uint32_t destination, const Work& work, uint4, int i, bool v) {
                 const int k0 = work.first_key(i, T::kBlockKeys);
-                if constexpr (T::kCopies) {
+                if constexpr (T::kPages) {
                     if (on_pages) {
                         const StepPages pages = StepPages::of(p.block_table, p.cu_seqlens_kv, p.max_pages_per_seq, p.page_size, work.tile.batch);
                         Pages::template load<true>(full, destination, v ? &maps.v : &maps.k, p.block_table, pages, p.page_size, work.tile.head_kv, k0,
@@ -292,14 +295,14 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     const bool leader = thread % 32 == 0;      // arrives on "empty" barriers for its warp
     const float scale_log2 = p.scale * kLog2e;
     const auto row_of = [](int e) { return wgmma::row_half(e); };
-    // The scoring options (kServing): the rule, each row's ALiBi slope, and which of them the
+    // The scoring options (kOptions): the rule, each row's ALiBi slope, and which of them the
     // launch asks for (the main loop's steps are compiled for each, as for the mask).
     FragmentScoring<2> scoring;
-    const bool capped = kServing && p.softcap != 0.f, biased = kServing && p.alibi_slopes != nullptr;
-    if constexpr (kServing) scoring.init(p.scale, p.softcap);
-    // Dropout (kServing). Nothing of it is held through the main loop (there the d128 kernel
+    const bool capped = T::kOptions && p.softcap != 0.f, biased = T::kOptions && p.alibi_slopes != nullptr;
+    if constexpr (T::kOptions) scoring.init(p.scale, p.softcap);
+    // Dropout (kOptions). Nothing of it is held through the main loop (there the d128 kernel
     // spills): the generator's state and the rows' numbers are loaded per key tile.
-    const bool dropping = kServing && p.dropout.p != 0.f;
+    const bool dropping = T::kOptions && p.dropout.p != 0.f;
 
     float o[T::kHeadDim / 2];
     float s[T::kBlockKeys / 2];
@@ -397,7 +400,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     };
     // Calls step(kCapped, kBiased) with the launch's scoring options as compile-time flags.
     auto with_scoring = [&](auto&& step) {
-        if constexpr (kServing) {
+        if constexpr (T::kOptions) {
             if (capped && biased) return step(std::true_type{}, std::true_type{});
             if (capped) return step(std::true_type{}, std::false_type{});
             if (biased) return step(std::false_type{}, std::true_type{});
@@ -499,7 +502,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
 #pragma unroll
             for (int h = 0; h < 2; ++h) position[h] = position_of(row0 + wgmma::accumulator_position(thread, 2 * h).row);
             keys = KeyTiles<kMasked, 2>::of(work, tiling, row0, wgmma::kRows, p.window, position, T::kBlockKeys);
-            if constexpr (kServing) {
+            if constexpr (T::kOptions) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = row0 + wgmma::accumulator_position(thread, 2 * h).row;
