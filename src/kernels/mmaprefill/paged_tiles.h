@@ -39,7 +39,7 @@ struct PagedTiles {
     __host__ __device__ static int box_rows(int page_size) { return min(page_size, kBlockKeys & -kBlockKeys); }
     // Producer warps issuing a tile's boxes: one per part, at most the warpgroup's (more warps
     // than parts, idle, cost the rest 1-3%: docs/decisions.md); from log2(page_size), no division.
-    static constexpr int log2_of(int n) { return n > 1 ? 1 + log2_of(n / 2) : 0; }
+    __host__ __device__ static constexpr int log2_of(int n) { return n > 1 ? 1 + log2_of(n / 2) : 0; }
     __host__ __device__ static int issuers(int page_shift) {
         return min(kWarps, kBlockKeys >> min(page_shift, log2_of(kBlockKeys & -kBlockKeys)));
     }

@@ -1,0 +1,53 @@
+// Which of the tensor-core prefill family's kernels a launch takes (kernels/mmaprefill.h,
+// with_traits; tiles.h, Variant): paged launches without a scoring option, dropout or element
+// rows take the paged kernel where the head dim has one, every other paged launch the copies'.
+#include <gtest/gtest.h>
+#include <hip/hip_runtime.h>
+
+#if defined(__HIP_PLATFORM_NVIDIA__)  // the wgmma family's variants: Hopper only
+#include "kernels/mmaprefill.h"
+
+namespace fmha {
+namespace mmaprefill {
+namespace {
+
+template <int kHeadDim>
+using Cfg = KernelConfig<DType::bf16, kHeadDim, HeadsKind::gqa, Mask::causal, Arch::sm90>;
+
+template <class Config>
+Variant variant_of(const FwdParams& p) {
+    return with_traits<Config>(p, [](auto traits) { return decltype(traits)::kVariant; });
+}
+
+TEST(MmaprefillVariants, PagedLaunchesWithoutOptionsTakeThePagedKernel) {
+    const int table[2] = {1, 0};
+    const int cu_seqlens[2] = {0, 4096};
+    const float slopes[1] = {0.5f};
+    FwdParams p{};
+    p.head_dim = 128, p.seqlen_kv = 8192;
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::plain);
+    p.softcap = 30.f;
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);
+    p.softcap = 0.f, p.block_table = table, p.page_size = 64;
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::paged);
+    p.head_dim = 256;
+    EXPECT_EQ(variant_of<Cfg<256>>(p), Variant::paged);
+    p.head_dim = 64;
+    EXPECT_EQ(variant_of<Cfg<64>>(p), Variant::copies);  // d64 has none of its own (has_paged_kernel)
+    p.head_dim = 128, p.cu_seqlens_q = cu_seqlens;       // packed chunks against the cache
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::paged);
+    // Any scoring option, dropout or element rows: the copies' kernel.
+    p.softcap = 30.f;
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::copies);
+    p.softcap = 0.f, p.alibi_slopes = slopes;
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::copies);
+    p.alibi_slopes = nullptr, p.dropout.p = 0.1f;
+    EXPECT_EQ(variant_of<Cfg<256>>(p), Variant::copies);
+    p.dropout.p = 0.f, p.head_dim = 123;  // element rows on the d128 kernel
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::copies);
+}
+
+}  // namespace
+}  // namespace mmaprefill
+}  // namespace fmha
+#endif
