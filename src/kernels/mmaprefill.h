@@ -66,6 +66,14 @@ inline bool element_copies_fit(const void* base, const TensorStrides& s, int row
            int64_t(rows) * s.row + int64_t(heads) * s.head <= INT32_MAX;
 }
 
+// Whether a launch reads a paged cache and asks for no run-time option but packed batches (the
+// paged kernel's launches); has_run_time_options() keeps the list of options.
+inline bool pages_and_packing_only(const FwdParams& p) {
+    FwdParams rest = p;
+    rest.block_table = nullptr, rest.page_size = 0, rest.cu_seqlens_q = nullptr, rest.cu_seqlens_kv = nullptr;
+    return p.block_table != nullptr && !has_run_time_options(rest);
+}
+
 // Key ranges up to this many keys take the tile table's short-keys shapes; beyond, those are
 // level or slower (docs/mmaprefill.md).
 inline constexpr int kShortKeysMax = 2048;
@@ -88,8 +96,7 @@ template <class Config, class Fn>
 auto with_traits(const FwdParams& p, Fn&& fn) {
     if (!has_run_time_options(p)) return with_shape<Config, Variant::plain>(p, fn);
     if constexpr (has_paged_kernel(Config::head_dim)) {
-        if (p.block_table && !element_rows(p.head_dim) && p.softcap == 0.f && !p.alibi_slopes && p.dropout.p == 0.f)
-            return with_shape<Config, Variant::paged>(p, fn);
+        if (pages_and_packing_only(p)) return with_shape<Config, Variant::paged>(p, fn);
     }
     if constexpr (!(Traits<Config, false, Variant::options>::kShape == Traits<Config, false, Variant::copies>::kShape)) {
         if (!p.block_table && !element_rows(p.head_dim)) return with_shape<Config, Variant::options>(p, fn);

@@ -312,9 +312,6 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     KeyTiles<kMasked, 2> keys;  // what the main loop needs of it
     int slot = 0;            // the K/V ring slot of the next key tile
 
-    // A K or V tile the main loop reads: its barrier (element rows' copies are fenced for
-    // wgmma's reads by the producer threads that store them: PagedTiles::copy).
-    auto wait_full = [&](uint64_t* full, uint32_t parity) { hopper::barrier_wait(full, parity); };
     // P.V reads its A operand from these registers while it runs: keep them until its wait.
     auto pin_probabilities = [&] {
 #pragma unroll
@@ -537,7 +534,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
             if (keys.begin < keys.end) {
                 // The first key tile seen: scores, then probabilities.
                 const int first = P::stage(slot + keys.begin);
-                wait_full(pipe.k_full(first), P::parity(slot + keys.begin));
+                hopper::barrier_wait(pipe.k_full(first), P::parity(slot + keys.begin));
                 take_turn();
                 qk_gemm(first);
                 pass_turn();
@@ -559,11 +556,11 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
                 // outside it: ptxas waits for a running wgmma at the first branch after it.
                 auto overlapped_step = [&](int i, auto masked, auto kCapped, auto kBiased) {
                     const int stage = P::stage(slot + i), previous = P::stage(slot + i - 1);
-                    wait_full(pipe.k_full(stage), P::parity(slot + i));
+                    hopper::barrier_wait(pipe.k_full(stage), P::parity(slot + i));
                     take_turn();
                     qk_gemm(stage);
                     rescale_output(rescale);
-                    wait_full(pipe.v_full(previous), P::parity(slot + i - 1));
+                    hopper::barrier_wait(pipe.v_full(previous), P::parity(slot + i - 1));
                     pv_gemm(previous);
                     pass_turn();
                     hopper::wgmma_wait<1>();  // the scores are done; P.V may still run
@@ -598,7 +595,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
 
                 const int last = P::stage(slot + keys.end - 1);
                 rescale_output(rescale);
-                wait_full(pipe.v_full(last), P::parity(slot + keys.end - 1));
+                hopper::barrier_wait(pipe.v_full(last), P::parity(slot + keys.end - 1));
                 pv_gemm(last);
                 // The rows' sums are final: their reduction and reciprocal run under the last P.V.
 #pragma unroll
