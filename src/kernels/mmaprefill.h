@@ -95,7 +95,7 @@ auto with_shape(const FwdParams& p, Fn&& fn) {
 template <class Config, class Fn>
 auto with_traits(const FwdParams& p, Fn&& fn) {
     if (!has_run_time_options(p)) return with_shape<Config, Variant::plain>(p, fn);
-    if constexpr (has_paged_kernel(Config::head_dim)) {
+    if constexpr (has_paged_kernel(Config::head_dim, Config::mask == Mask::causal)) {
         if (pages_and_packing_only(p)) return with_shape<Config, Variant::paged>(p, fn);
     }
     if constexpr (!(Traits<Config, false, Variant::options>::kShape == Traits<Config, false, Variant::copies>::kShape)) {

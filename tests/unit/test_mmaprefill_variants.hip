@@ -11,8 +11,8 @@ namespace fmha {
 namespace mmaprefill {
 namespace {
 
-template <int kHeadDim>
-using Cfg = KernelConfig<DType::bf16, kHeadDim, HeadsKind::gqa, Mask::causal, Arch::sm90>;
+template <int kHeadDim, Mask kMask = Mask::causal>
+using Cfg = KernelConfig<DType::bf16, kHeadDim, HeadsKind::gqa, kMask, Arch::sm90>;
 
 template <class Config>
 Variant variant_of(const FwdParams& p) {
@@ -33,7 +33,9 @@ TEST(MmaprefillVariants, PagedLaunchesWithoutOptionsTakeThePagedKernel) {
     p.head_dim = 256;
     EXPECT_EQ(variant_of<Cfg<256>>(p), Variant::paged);
     p.head_dim = 64;
-    EXPECT_EQ(variant_of<Cfg<64>>(p), Variant::copies);  // d64 has none of its own (has_paged_kernel)
+    EXPECT_EQ(variant_of<Cfg<64>>(p), Variant::paged);
+    EXPECT_EQ((variant_of<Cfg<64, Mask::nomask>>(p)), Variant::copies);  // d64 no-mask: none of its own (has_paged_kernel)
+    EXPECT_EQ((variant_of<Cfg<128, Mask::nomask>>(p)), Variant::paged);
     p.head_dim = 128, p.cu_seqlens_q = cu_seqlens;       // packed chunks against the cache
     EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::paged);
     // Any scoring option, dropout or element rows: the copies' kernel.

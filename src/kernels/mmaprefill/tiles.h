@@ -51,7 +51,8 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // 232 (setmaxnreg's pool, WgmmaTraits; docs/mmaprefill.md, "Paged KV"). The paged kernel's
 // producer, which copies nothing, fits 40 at d128 too (consumers 232; at 24 it spilled), and
 // its consumers' code lacks the options': 2-4% faster than the copies' kernel at pages of 64 and
-// up. The options alone keep the plain kernel's registers (docs/decisions.md, "The serving
+// up. At d64 it keeps the copies' 56 / 152 but fits the plain kernel's 112-key causal tiles,
+// which the options' code did not. The options alone keep the plain kernel's registers (docs/decisions.md, "The serving
 // options without the producer's copies", "A paged kernel without the options").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
@@ -61,6 +62,7 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
     const bool walks_pages = copies || paged;  // the producer's registers for a paged cache's walks
     if (head_dim <= 64) {
         if (short_causal) return {3, 64, 3, walks_pages ? 56 : 24, walks_pages ? 152 : 160};
+        if (paged) return {3, 112, 2, 56, 152};  // causal only (has_paged_kernel)
         if (variant != Variant::plain) return {3, 96, 2, walks_pages ? 56 : 24, walks_pages ? 152 : 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
@@ -70,10 +72,11 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
     return {2, 80, 2, 24, 240};
 }
 
-// Whether paged launches without options have a kernel of their own (Variant::paged): at d64,
-// without the options' code, it measured no faster than the copies' kernel (-2% on chunks, +2-3%
-// on the sweep's shapes: docs/decisions.md), so d64's paged launches take that one.
-constexpr bool has_paged_kernel(int head_dim) { return head_dim > 64; }
+// Whether paged launches without options have a kernel of their own (Variant::paged). At d64 only
+// causal ones: there the paged kernel's 112-key tiles run pages of 16 up to 10% faster than the
+// copies' kernel's 96, but no-mask launches ran 3% slower on them than on the copies' kernel
+// (docs/decisions.md, "d64's paged kernel on the plain kernel's key tiles").
+constexpr bool has_paged_kernel(int head_dim, bool causal) { return head_dim > 64 || causal; }
 
 // CDNA (gfx908, gfx90a, gfx942 alike: 64 KiB of LDS per workgroup, 512 registers per lane of a
 // wave alone on its SIMD): 4 waves of 32 query rows; in LDS two stages of K (row-major) and
