@@ -566,11 +566,13 @@ SERVING_RUNS = {
                           "-paged-kv", "-page-size", "32", "-alibi", "-softcapping-scale-bmm1", "10"],
     "paged16_chunked_prefill_gqa": ["-b", "3", "-h", "16", "-gqa", "4", "-s", "3000", "-s-q", "512", "-min-s", "700",
                                     "-d", "128", "-causal-mask", "-paged-kv", "-page-size", "16"],
-    # Every tile copied from pages of 16 (the d128 kernel), zeros past a smaller head_dim.
+    # Pages of 16 on the d128 kernel, zeros past a smaller head_dim.
     "paged16_chunked_prefill_d96_bf16": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "1500", "-s-q", "600", "-min-s", "400",
                                          "-d", "96", "-causal-mask", "-paged-kv", "-page-size", "16", "-bf16"],
     "paged256_chunked_prefill_d64_bf16": ["-b", "2", "-h", "8", "-s", "2100", "-s-q", "700", "-d", "64", "-causal-mask",
                                           "-paged-kv", "-page-size", "256", "-bf16"],
+    "paged64_prefill_d64_nomask": ["-b", "2", "-h", "4", "-s", "900", "-min-s", "1", "-d", "64", "-paged-kv",
+                                   "-page-size", "64"],
     "paged32_prefill_window": ["-b", "3", "-h", "4", "-gqa", "2", "-s", "999", "-min-s", "1", "-d", "128",
                                "-window-left", "200", "-window-right", "30", "-paged-kv", "-page-size", "32"],
     "softcap_prefill_d64_long_tiles": ["-b", "2", "-h", "8", "-s", "1000", "-d", "64", "-softcapping-scale-bmm1", "30"],
@@ -662,11 +664,16 @@ def test_fmha_exe_checks_the_serving_options(name):
         assert re.search(rf"^Launch\.+: .* variant with {variant}", result.stdout, re.M), result.stdout
     elif "_mmaprefill_" in kernel.group(1):  # the wgmma loop takes them all
         assert kernel.group(1).endswith("_sm90"), result.stdout
-        assert re.search(r"^Launch\.+: .* the kernel with the serving options", result.stdout, re.M), result.stdout
-        assert paged == bool(re.search(r"^Launch\.+: .* copied from pages", result.stdout, re.M)), result.stdout
-        # the options without pages on their own kernel
-        copies = bool(re.search(r"^Launch\.+: .* the producer's copies", result.stdout, re.M))
-        assert copies == paged, result.stdout
+        launch = re.search(r"^Launch\.+: (.*)$", result.stdout, re.M).group(1)
+        args = SERVING_RUNS[name]
+        assert paged == ("K/V tiles on a grid of pages" in launch), result.stdout
+        if paged and not any(flag in args for flag in ("-alibi", "-softcapping-scale-bmm1", "-dropout")):
+            # pages alone: the paged kernel, but at d64 without a mask (tiles.h, has_paged_kernel)
+            d64_nomask = int(args[args.index("-d") + 1]) <= 64 and "-causal-mask" not in args
+            assert ("the producer's copies" if d64_nomask else "the paged kernel") in launch, result.stdout
+        else:  # the options on their own kernel, with pages on the copies' one
+            assert "the kernel with the serving options" in launch, result.stdout
+            assert paged == ("the producer's copies" in launch), result.stdout
     elif any("_mmaprefill_" in line for line in fmha("-list").stdout.splitlines()):  # passed over, and why
         assert "; not mmaprefill: the tensor-core family " in kernel.group(2), result.stdout
 
