@@ -12,6 +12,11 @@ Parts (--part, default all):
          fp16/bf16, each at a batch that moves at least 256 MB, as a fraction of copy speed.
   empty  one empty kernel per graph node: the launch cost every step pays.
 
+--cold: each call of a graph reads its own copy of the point's q and cache, enough copies to
+pass three times the L2 cache (and at least as many calls a graph), so that every backend's call
+reads K and V from DRAM as a model's layers do; without it a cache smaller than L2 is read from
+L2 by the replays after the first (docs/decisions.md, "Decode: one wide block an item").
+
 fmha's calls pass causal=True (bottom-right: a step's one query sees every key; seqlen_q > 1
 in the short grid is causal among the new tokens); the peers, with one query, need no mask.
 Bytes are what must move: K and V once per KV head, Q and O once per query head; "of copy" is
@@ -20,11 +25,12 @@ same cache through strided [b, h, s, d] views; GQA through enable_gqa, else (a b
 refuses it) through an expanded copy made beforehand, which the table marks with "x".
 
     python3 benchmarks/decode_steps.py [--part steps|short|empty|all] [--out FILE.md] [--quick]
-                                       [--points B,KEYS,HQ,HKV[,D] ...]
+                                       [--points B,KEYS,HQ,HKV[,D] ...] [--cold]
 """
 import argparse
 import contextlib
 import datetime
+import itertools
 import sys
 from pathlib import Path
 
@@ -45,6 +51,12 @@ CACHE_LIMIT = 24 << 30  # bytes of K and V a point may allocate (peers' expanded
 def graph_us(call, calls=CALLS, replays=REPLAYS):
     """Microseconds per call, as a CUDA-graph replay (python_overhead.gpu_us)."""
     return gpu_us(call, calls, replays)
+
+
+def rotating(calls):
+    """One callable that runs the given calls in turn (one per copy of a point's tensors)."""
+    turn = itertools.cycle(calls)
+    return lambda: next(turn)()
 
 
 def paged(cache, page):
@@ -110,7 +122,7 @@ def step_points(quick, chosen=None):
                 yield dtype, head_dim, batch, keys, 32, 8
 
 
-def steps(copy, quick, emit, chosen=None, peers=True):
+def steps(copy, quick, emit, chosen=None, peers=True, cold=False):
     emit("| dtype | d | batch | keys | GQA | fmha us | paged 16 | paged 64 | cuDNN | flash | efficient "
             "| fmha / best | paged / contiguous | of copy |", "|" + "---|" * 14)
     for dtype, head_dim, batch, keys, heads_q, heads_kv in step_points(quick, chosen):
@@ -118,33 +130,42 @@ def steps(copy, quick, emit, chosen=None, peers=True):
         if cache_bytes > CACHE_LIMIT:
             continue
         make = dict(dtype=dtype, device="cuda")
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        copies = min(-(-3 * l2 // cache_bytes), CACHE_LIMIT // cache_bytes) if cold else 1
+        calls = max(CALLS, copies)
         q = torch.randn(batch, 1, heads_q, head_dim, **make)
         k_cache, v_cache = (torch.randn(batch, keys, heads_kv, head_dim, **make) for _ in range(2))
         lengths = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
-        step = lambda: fmha.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, causal=True, strict=True)
+        # --cold: the copies (the first is the tensors above) that each call of a graph reads in turn
+        tensors = [(q, k_cache, v_cache)] + [tuple(t.clone() for t in (q, k_cache, v_cache)) for _ in range(copies - 1)]
+        step = rotating([lambda q=q, k=k, v=v: fmha.flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, causal=True,
+                                                                             strict=True) for q, k, v in tensors])
         # Every variant once a round, the order reversed in every other round, the best of the
         # rounds: a measurement right after a long one (the efficient backend's expanded copies)
         # can read 10% high, which a fixed order charges to one variant (docs/decisions.md, "The
         # steps grid in rounds"). Paged copies are made per round (memory).
         def paged_call(page):
-            k_pages, table = paged(k_cache, page)
-            v_pages = torch.empty_like(k_pages)
-            v_pages[table.flatten().long()] = v_cache.reshape(k_pages.shape)
-            return lambda: fmha.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=lengths, block_table=table,
-                                                        causal=True, strict=True)
+            def one(q, k_cache, v_cache):
+                k_pages, table = paged(k_cache, page)
+                v_pages = torch.empty_like(k_pages)
+                v_pages[table.flatten().long()] = v_cache.reshape(k_pages.shape)
+                return lambda: fmha.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=lengths,
+                                                            block_table=table, causal=True, strict=True)
+            return rotating([one(*t) for t in tensors])
         variants = [("ours", lambda: step), ("paged 16", lambda: paged_call(16)), ("paged 64", lambda: paged_call(64))]
         marks = {}
         for backend in ("cudnn", "flash", "efficient") if peers else ():
             def peer(backend=backend):
-                call, marks[backend] = sdpa_call(backend, q, k_cache, v_cache)
-                return call
+                made = [sdpa_call(backend, *t) for t in tensors]
+                marks[backend] = made[0][1]
+                return rotating([call for call, _ in made]) if all(call for call, _ in made) else None
             variants.append((backend, peer))
         us = {}
         for round in range(ROUNDS):
             for label, make_call in variants[::-1] if round % 2 else variants:
                 call = make_call()
                 if call is not None:
-                    us[label] = min(us.get(label, float("inf")), graph_us(call))
+                    us[label] = min(us.get(label, float("inf")), graph_us(call, calls))
                 del call
         ours, pages = us["ours"], [us["paged 16"], us["paged 64"]]
         timed = [(us.get(backend), marks.get(backend, "")) for backend in ("cudnn", "flash", "efficient") if peers]
@@ -155,7 +176,7 @@ def steps(copy, quick, emit, chosen=None, peers=True):
         emit(f"| {name} | {head_dim} | {batch} | {keys} | {heads_q}/{heads_kv} | {ours:.1f} | {pages[0]:.1f} | "
              f"{pages[1]:.1f} | {' | '.join(cells)} | {best / ours if best else 0:.2f} | "
              f"{max(pages) / ours:.3f} | {moved / ours / 1e3 / copy:.2f} |")
-        q = k_cache = v_cache = None
+        q = k_cache = v_cache = tensors = step = None
         torch.cuda.empty_cache()
 
 
@@ -202,12 +223,14 @@ def main():
     parser.add_argument("--no-peers", action="store_true", help="the steps part without SDPA")
     parser.add_argument("--points", nargs="+", metavar="B,KEYS,HQ,HKV[,D]",
                         help="the steps part at these bf16 points only (d128 unless D), e.g. 1,65536,8,1")
+    parser.add_argument("--cold", action="store_true",
+                        help="the steps part with every call on its own copy of the cache (read from DRAM)")
     options = parser.parse_args()
     torch.manual_seed(0)
     copy = copy_bandwidth_gbps()
     lines = [f"Device: {torch.cuda.get_device_name()}; PyTorch {torch.__version__}; "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; copy {copy:.0f} GB/s; "
-             f"graphs of {CALLS} calls, median of {REPLAYS} replays; command: {' '.join(sys.argv)}", ""]
+             f"graphs of {CALLS} calls (--cold: more where a point has more copies), median of {REPLAYS} replays; command: {' '.join(sys.argv)}", ""]
     print("\n".join(lines), flush=True)
 
     def emit(*new):  # prints, and rewrites --out after every row: a cut-off run keeps what it measured
@@ -220,7 +243,7 @@ def main():
         emit(f"### {part}", "")
         if part == "steps":
             steps(copy, options.quick, emit, [tuple(map(int, p.split(","))) for p in options.points or []],
-                  not options.no_peers)
+                  not options.no_peers, options.cold)
         else:
             {"empty": empty, "short": short_grid}[part](copy, options.quick, emit)
         emit("")

@@ -89,6 +89,9 @@ struct BlockShape {
     static constexpr int kMaxSplits = 128;
     static constexpr int kMaxWideSplits = 512;
     static constexpr int kMaxBlockPartialBytes = 48 * 1024;  // shared memory any launch may ask for
+    // Key ranges up to this many keys split into one block's groups at most (wide blocks only,
+    // MmaTraits): an item's splits then merge in shared memory, with no combine kernel.
+    static constexpr int kOneBlockMaxKeys = 0;
     // Whether the variant takes FwdParams' run-time options (softcapping, ALiBi, paged KV,
     // packed batches); see WithOptions. kPaged: whether it reads K and V through a block table
     // (WithOptions, WithPages).

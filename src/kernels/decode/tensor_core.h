@@ -51,6 +51,9 @@ struct MmaTraits : BlockShape {
     static constexpr int kRowTiles = RowTiles;
     static constexpr int kRows = 8 * RowTiles;  // rows per pass
     static constexpr int kKeysPerStep = 16;
+    // A wide block takes all of an item's splits where they are 8 key steps a warp or fewer
+    // (docs/decisions.md, "Decode: one wide block an item for short key ranges").
+    static constexpr int kOneBlockMaxKeys = Warps > 4 ? Warps * 8 * kKeysPerStep : 0;
     static constexpr int kKVectors = kHeadDim / 32;  // per key and lane (and per Q row)
     static constexpr int kVVectors = kHeadDim / 64;  // per key and lane
     static constexpr int kDimTiles = kHeadDim / 16;  // M tiles of O^T
