@@ -230,7 +230,8 @@ def main():
     copy = copy_bandwidth_gbps()
     lines = [f"Device: {torch.cuda.get_device_name()}; PyTorch {torch.__version__}; "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; copy {copy:.0f} GB/s; "
-             f"graphs of {CALLS} calls (--cold: more where a point has more copies), median of {REPLAYS} replays; command: {' '.join(sys.argv)}", ""]
+             f"graphs of {CALLS} calls (--cold: at least one per copy), median of {REPLAYS} replays; "
+             f"command: {' '.join(sys.argv)}", ""]
     print("\n".join(lines), flush=True)
 
     def emit(*new):  # prints, and rewrites --out after every row: a cut-off run keeps what it measured

@@ -52,8 +52,9 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // producer, which copies nothing, fits 40 at d128 too (consumers 232; at 24 it spilled), and
 // its consumers' code lacks the options': 2-4% faster than the copies' kernel at pages of 64 and
 // up. At d64 it keeps the copies' 56 / 152 but fits the plain kernel's 112-key causal tiles,
-// which the options' code did not. The options alone keep the plain kernel's registers (docs/decisions.md, "The serving
-// options without the producer's copies", "A paged kernel without the options").
+// which the options' code did not. The options alone keep the plain kernel's registers
+// (docs/decisions.md, "The serving options without the producer's copies", "A paged kernel
+// without the options", "d64's paged kernel on the plain kernel's key tiles").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
     (void)dtype;
