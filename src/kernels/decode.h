@@ -121,19 +121,20 @@ inline constexpr bool kHasWideBlocks = Config::head_dim <= 128;
 
 // Whether a long-keys launch on warp MMAs takes wide blocks: where each of its blocks holds the
 // splits of one item (no workspace up to kWideWarps of them, and ragged lengths idle no warp of a
-// block) and its blocks still reach nearly every multiprocessor, or half of them where a block
-// holds all of an item's splits (short key ranges, kOneBlockMaxKeys): no combine kernel then.
-// Fewer items spread wider in blocks of four: batch 1 x 1k keys, 16 wide blocks, measured 1.5x
-// the time of 64 small ones; 48 items of 1k keys, 1.03-1.18x (docs/decisions.md).
+// block) and its blocks still reach nearly every multiprocessor, or, where a block holds all of
+// an item's splits (short key ranges, kOneBlockMaxKeys: no combine kernel), half of the resident
+// blocks. Fewer items spread wider in blocks of four: batch 1 x 1k keys, 16 wide blocks,
+// measured 1.5x the time of 64 small ones; 48 items of 1k keys in one block each, 1.03-1.18x
+// (docs/decisions.md).
 template <class Config>
 bool takes_wide_blocks(const FwdParams& p) {
     using Wide = MmaTraits<Config, 1, false, kWideWarps>;
     const int64_t resident = resident_blocks<Wide, Config>();
     if (resident == 0) return false;
     const Plan plan = make_plan<Wide>(p, resident * Wide::kGroups);
-    const int64_t blocks = plan.items / kWideWarps, multiprocessors = multiprocessor_count();
-    const bool one_block_an_item = p.seqlen_kv <= Wide::kOneBlockMaxKeys;
-    return plan.splits >= kWideWarps && (one_block_an_item ? 2 * blocks >= multiprocessors : 8 * blocks >= 7 * multiprocessors);
+    const int64_t blocks = plan.items / kWideWarps;
+    const bool one_block_an_item = plan.splits == kWideWarps && p.seqlen_kv <= Wide::kOneBlockMaxKeys && 2 * blocks >= resident;
+    return plan.splits >= kWideWarps && (one_block_an_item || 8 * blocks >= 7 * int64_t(multiprocessor_count()));
 }
 
 // Warp MMAs for the long-keys variant where the arch has them and whole warps are groups.

@@ -79,7 +79,10 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
         const int64_t wave = resident_groups / base_items;
         splits = int(std::max<int64_t>({1, std::min<int64_t>({wave, by_length(T::kMinKeysPerSplit), T::kMaxSplits}),
                                         std::min<int64_t>({wave, by_length(2 * T::kMinKeysPerSplit), T::kMaxWideSplits})}));
-        if (p.seqlen_kv <= T::kOneBlockMaxKeys) splits = std::min(splits, T::kGroups);
+        // Short key ranges on wide blocks: an item's splits in one block where the items fill
+        // half of the resident blocks (takes_wide_blocks in decode.h).
+        if (p.seqlen_kv <= T::kOneBlockMaxKeys && 2 * base_items * T::kGroups >= resident_groups)
+            splits = std::min(splits, T::kGroups);
         // Blocks hold whole items' splits (fewer than a block's groups) or whole blocks of them.
         splits = splits < T::kGroups ? pow2_at_most(splits) : splits / T::kGroups * T::kGroups;
     }
