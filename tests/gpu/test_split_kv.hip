@@ -112,8 +112,9 @@ void check_plan_shapes() {
         {"two splits per item", int(resident / 4), kFiveSplits, 2},
         {"blocks of splits combined in the workspace", 3, kTwentySplits, 20},
         {"an item's splits in one block of 16 warps", wide ? multiprocessor_count() / 2 : 0, kTwentySplits, 16},
-        // Short key ranges: one such block an item from half of the multiprocessors (2 items a
-        // sequence), where blocks of four would take 20 splits and the workspace.
+        // Short key ranges: one such block an item from half of the resident wide blocks (one a
+        // multiprocessor; 2 items a sequence), where blocks of four would take 20 splits and the
+        // workspace.
         {"one block of 16 warps an item, short keys", wide ? (multiprocessor_count() + 3) / 4 : 0, kTwentySplits, 16},
     };
     for (const Shape& s : shapes) {
