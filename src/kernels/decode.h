@@ -133,7 +133,7 @@ bool takes_wide_blocks(const FwdParams& p) {
     if (resident == 0) return false;
     const Plan plan = make_plan<Wide>(p, resident * Wide::kGroups);
     const int64_t blocks = plan.items / kWideWarps;
-    const bool one_block_an_item = plan.splits == kWideWarps && p.seqlen_kv <= Wide::kOneBlockMaxKeys && 2 * blocks >= resident;
+    const bool one_block_an_item = plan.splits == kWideWarps && fits_one_block<Wide>(p, blocks, resident * Wide::kGroups);
     return plan.splits >= kWideWarps && (one_block_an_item || 8 * blocks >= 7 * int64_t(multiprocessor_count()));
 }
 

@@ -62,6 +62,13 @@ inline int rows_per_pass(const FwdParams& p) {
     return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
 }
 
+// Short key ranges on wide blocks (kOneBlockMaxKeys): all of an item's splits in one block, where
+// the items fill half of the resident blocks (make_plan, and takes_wide_blocks in decode.h).
+template <class T>
+bool fits_one_block(const FwdParams& p, int64_t items, int64_t resident_groups) {
+    return p.seqlen_kv <= T::kOneBlockMaxKeys && 2 * items * T::kGroups >= resident_groups;
+}
+
 // resident_groups: how many groups of this variant the device runs at once.
 template <class T>
 Plan make_plan(const FwdParams& p, int64_t resident_groups) {
@@ -79,10 +86,7 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
         const int64_t wave = resident_groups / base_items;
         splits = int(std::max<int64_t>({1, std::min<int64_t>({wave, by_length(T::kMinKeysPerSplit), T::kMaxSplits}),
                                         std::min<int64_t>({wave, by_length(2 * T::kMinKeysPerSplit), T::kMaxWideSplits})}));
-        // Short key ranges on wide blocks: an item's splits in one block where the items fill
-        // half of the resident blocks (takes_wide_blocks in decode.h).
-        if (p.seqlen_kv <= T::kOneBlockMaxKeys && 2 * base_items * T::kGroups >= resident_groups)
-            splits = std::min(splits, T::kGroups);
+        if (fits_one_block<T>(p, base_items, resident_groups)) splits = std::min(splits, T::kGroups);
         // Blocks hold whole items' splits (fewer than a block's groups) or whole blocks of them.
         splits = splits < T::kGroups ? pow2_at_most(splits) : splits / T::kGroups * T::kGroups;
     }

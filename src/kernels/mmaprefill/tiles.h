@@ -64,7 +64,7 @@ constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DTy
     if (head_dim <= 64) {
         if (short_causal) return {3, 64, 3, walks_pages ? 56 : 24, walks_pages ? 152 : 160};
         if (paged) return {3, 112, 2, 56, 152};  // causal only (has_paged_kernel)
-        if (variant != Variant::plain) return {3, 96, 2, walks_pages ? 56 : 24, walks_pages ? 152 : 160};
+        if (variant != Variant::plain) return {3, 96, 2, copies ? 56 : 24, copies ? 152 : 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
     if (head_dim <= 128) return {2, 128, 2, copies ? 56 : paged ? 40 : 24, copies ? 224 : paged ? 232 : 240};
