@@ -177,7 +177,7 @@ TEST(TileSchedule, PackedBatchesCoverEveryRowOnce) {
             p.cu_seqlens_q = cu.data();
             p.total_q = cu.back();
             const PrefillTiling t = PrefillTiling::of(p, 128, causal, 8, 132);
-            EXPECT_EQ(t.query_blocks, p.batch + p.total_q / t.rows_per_head);
+            EXPECT_EQ(t.query_blocks, p.seqlen_q <= t.rows_per_head ? p.batch : p.batch + p.total_q / t.rows_per_head);
             EXPECT_EQ(t.tiles, int64_t(t.query_blocks) * t.pair_tiles);
             std::map<std::tuple<int64_t, int, int>, int> rows;
             for (int index = 0; index < t.tiles; ++index) {
@@ -192,6 +192,28 @@ TEST(TileSchedule, PackedBatchesCoverEveryRowOnce) {
             }
             ASSERT_EQ(rows.size(), size_t(p.total_q) * p.heads_q) << (causal ? "causal" : "no mask");
             for (const auto& [row, count] : rows) ASSERT_EQ(count, 1) << "sequence " << std::get<0>(row);
+        }
+    }
+}
+
+// The sequence of a virtual block (packed_tile_sequence's binary search) is the last b with
+// P(b) = b + cu[b] / rows at or below it, as a scan finds it: batches of 1 to 3001 sequences
+// around powers of two, empty sequences and runs of them, every block.
+TEST(TileSchedule, PackedTileSequenceIsTheLastSequenceStartingAtOrBeforeTheBlock) {
+    uint32_t state = 7;
+    const auto next = [&] { return state = state * 1664525u + 1013904223u, int(state >> 8); };
+    for (const int batch : {1, 2, 3, 7, 8, 9, 63, 64, 65, 255, 256, 513, 3001}) {
+        for (const int rows : {64, 128}) {
+            std::vector<int> cu = {0};
+            for (int b = 0; b < batch; ++b) cu.push_back(cu.back() + (next() % 4 == 0 ? 0 : next() % 700));
+            const auto divide = [&](int n) { return n / rows; };
+            const int blocks = batch + cu.back() / rows;  // P(batch)
+            int expected = 0;
+            for (int block = 0; block < blocks; ++block) {
+                while (expected + 1 < batch && expected + 1 + cu[expected + 1] / rows <= block) ++expected;
+                ASSERT_EQ(packed_tile_sequence(cu.data(), batch, block, divide), expected)
+                    << "batch " << batch << ", rows " << rows << ", block " << block;
+            }
         }
     }
 }

@@ -72,7 +72,8 @@ struct PrefillTiling {
         // empty), which fixed rounds do not balance: persistent only where no tile sees many keys.
         const int key_blocks = (p.seqlen_kv + block_rows - 1) / block_rows;
         t.persistent = t.query_blocks <= persistent_max_query_blocks && (!t.packed || key_blocks <= persistent_max_query_blocks);
-        if (t.packed) t.query_blocks = p.batch + p.total_q / t.rows_per_head;  // P(batch)
+        // P(batch); where no sequence outgrows a tile's positions, each takes exactly one.
+        if (t.packed) t.query_blocks = p.seqlen_q <= t.rows_per_head ? p.batch : p.batch + p.total_q / t.rows_per_head;
         const int64_t pairs = int64_t(t.packed ? 1 : p.batch) * p.heads_kv;
         const bool many = pairs * t.head_tiles * t.query_blocks > multiprocessors;
         t.tiles_per_unit = t.persistent && causal && t.query_blocks > 1 && many && !t.packed ? 2 : 1;
@@ -160,6 +161,7 @@ struct PackedBlock {
     int sequence, first, count;
 };
 __host__ __device__ inline PackedBlock packed_sequence(const PrefillTiling& t, const int* cu_seqlens, int batch, int block) {
+    if (t.query_blocks == batch) return {block, block, 1};  // a block a sequence (PrefillTiling::of)
     const auto divide = [&](int rows) { return t.by_rows_per_head.divide(rows); };
     const int sequence = packed_tile_sequence(cu_seqlens, batch, block, divide);
     const int first = sequence + divide(cu_seqlens[sequence]);
