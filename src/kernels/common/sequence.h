@@ -27,8 +27,9 @@ __host__ __device__ inline int64_t sequence_index(const int* cu_seqlens, int64_t
 
 // Tiles over a packed batch, whose lengths only the device knows: sequence b takes the
 // "virtual" tiles [P(b), P(b + 1)), P(b) = b + cu_seqlens[b] / rows (divide(n) = n / rows), at
-// least the ceil(length / rows) it needs (at most one more), batch + total / rows in all. The
-// sequence of virtual tile `tile`: the last b with P(b) <= tile.
+// least the ceil(length / rows) it needs (at most one more), batch + total / rows in all (a
+// divisor past the total: one each, PrefillTiling::of). The sequence of virtual tile `tile`: the
+// last b with P(b) <= tile.
 template <class Divide>
 __host__ __device__ inline int packed_tile_sequence(const int* cu_seqlens, int batch, int64_t tile, Divide divide) {
     int lo = 0, hi = batch;  // P(lo) <= tile < P(hi)

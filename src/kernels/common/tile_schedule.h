@@ -51,7 +51,8 @@ struct PrefillTiling {
     // The divisions locate_tile() makes, by this launch's divisors.
     FastDivisor by_query_blocks, by_halves, by_head_tiles, by_heads_kv, by_section_tiles, by_section_pair_tiles;
     bool packed;           // Q packed: query_blocks are the batch's virtual ones, and a pair_tile has batch 0
-    FastDivisor by_rows_per_head, by_pair_tiles;  // packed: P(b)'s division; the heads of a virtual block
+    FastDivisor by_rows_per_head, by_pair_tiles;  // packed: a virtual block's first row; the heads of a virtual block
+    FastDivisor by_block_tokens;                  // packed: P(b)'s division (packed_sequence())
 
     // The family's tile: `block_rows` query rows; a persistent grid pays where tiles see few
     // key tiles: `persistent_max_query_blocks`; pairs pay where tiles outnumber the
@@ -72,8 +73,10 @@ struct PrefillTiling {
         // empty), which fixed rounds do not balance: persistent only where no tile sees many keys.
         const int key_blocks = (p.seqlen_kv + block_rows - 1) / block_rows;
         t.persistent = t.query_blocks <= persistent_max_query_blocks && (!t.packed || key_blocks <= persistent_max_query_blocks);
-        // P(batch); where no sequence outgrows a tile's positions, each takes exactly one.
-        if (t.packed) t.query_blocks = p.seqlen_q <= t.rows_per_head ? p.batch : p.batch + p.total_q / t.rows_per_head;
+        // P(b) = b + cu[b] / block_tokens; where no sequence outgrows a tile's positions, a divisor
+        // past the token count gives each sequence exactly one virtual block (P(b) = b).
+        const int block_tokens = p.seqlen_q <= t.rows_per_head && p.total_q < INT32_MAX ? p.total_q + 1 : t.rows_per_head;
+        if (t.packed) t.query_blocks = p.batch + p.total_q / block_tokens;  // P(batch)
         const int64_t pairs = int64_t(t.packed ? 1 : p.batch) * p.heads_kv;
         const bool many = pairs * t.head_tiles * t.query_blocks > multiprocessors;
         t.tiles_per_unit = t.persistent && causal && t.query_blocks > 1 && many && !t.packed ? 2 : 1;
@@ -94,6 +97,7 @@ struct PrefillTiling {
         t.by_section_pair_tiles = FastDivisor(int(std::max<int64_t>(section_pair_tiles, 1)));
         t.by_section_tiles = FastDivisor(int(std::max<int64_t>(section_pair_tiles * t.query_blocks, 1)));
         t.by_rows_per_head = FastDivisor(t.rows_per_head);
+        t.by_block_tokens = FastDivisor(block_tokens);
         t.by_pair_tiles = FastDivisor(t.pair_tiles);
         return t;
     }
@@ -161,8 +165,7 @@ struct PackedBlock {
     int sequence, first, count;
 };
 __host__ __device__ inline PackedBlock packed_sequence(const PrefillTiling& t, const int* cu_seqlens, int batch, int block) {
-    if (t.query_blocks == batch) return {block, block, 1};  // a block a sequence (PrefillTiling::of)
-    const auto divide = [&](int rows) { return t.by_rows_per_head.divide(rows); };
+    const auto divide = [&](int rows) { return t.by_block_tokens.divide(rows); };
     const int sequence = packed_tile_sequence(cu_seqlens, batch, block, divide);
     const int first = sequence + divide(cu_seqlens[sequence]);
     return {sequence, first, sequence + 1 + divide(cu_seqlens[sequence + 1]) - first};
