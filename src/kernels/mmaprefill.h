@@ -51,8 +51,12 @@ inline std::string describe_order(const PrefillTiling& t) {
         text += "; query blocks that see the most keys first, in sections of " + std::to_string(t.section_heads) +
                 " KV heads";
     if (t.tiles_per_unit == 2) text += "; each block takes a query block and its mirror image in turn";
+    if (t.claims) text += "; each block claims its next tile as it frees up";
     return text;
 }
+
+// The workspace's counter of claimed tiles (Hopper's packed launches: launch_blocks()).
+inline constexpr size_t kClaimCounterBytes = sizeof(int);
 
 #if defined(__HIP_PLATFORM_NVIDIA__)
 
@@ -67,11 +71,17 @@ inline bool element_copies_fit(const void* base, const TensorStrides& s, int row
 }
 
 // Whether a launch reads a paged cache and asks for no run-time option but packed batches (the
-// paged kernel's launches); has_run_time_options() keeps the list of options.
+// paged kernel's launches), or asks for packed batches alone (the packed kernel's);
+// has_run_time_options() keeps the list of options.
 inline bool pages_and_packing_only(const FwdParams& p) {
     FwdParams rest = p;
     rest.block_table = nullptr, rest.page_size = 0, rest.cu_seqlens_q = nullptr, rest.cu_seqlens_kv = nullptr;
     return p.block_table != nullptr && !has_run_time_options(rest);
+}
+inline bool packing_only(const FwdParams& p) {
+    FwdParams rest = p;
+    rest.cu_seqlens_q = nullptr, rest.cu_seqlens_kv = nullptr;
+    return p.cu_seqlens_q != nullptr && !has_run_time_options(rest);
 }
 
 // Key ranges up to this many keys take the tile table's short-keys shapes; beyond, those are
@@ -79,7 +89,8 @@ inline bool pages_and_packing_only(const FwdParams& p) {
 inline constexpr int kShortKeysMax = 2048;
 
 // Calls fn(Traits{}) with the kernel the launch takes (tiles.h, Variant): the plain one where it
-// asks for no run-time option; the paged one where it reads a paged cache with no scoring option,
+// asks for no run-time option; the packed one where it asks for packed batches alone; the paged
+// one where it reads a paged cache with no scoring option,
 // no dropout and no element rows (packed or not); the options' one where it asks for some
 // (packed, softcapping, ALiBi, dropout) and the copies' where it also reads a paged cache or
 // element rows, or where the options' tile is the copies' (then no kernel of options alone is
@@ -95,6 +106,7 @@ auto with_shape(const FwdParams& p, Fn&& fn) {
 template <class Config, class Fn>
 auto with_traits(const FwdParams& p, Fn&& fn) {
     if (!has_run_time_options(p)) return with_shape<Config, Variant::plain>(p, fn);
+    if (packing_only(p)) return with_shape<Config, Variant::packed>(p, fn);
     if constexpr (has_paged_kernel(Config::head_dim, Config::mask == Mask::causal)) {
         if (pages_and_packing_only(p)) return with_shape<Config, Variant::paged>(p, fn);
     }
@@ -109,16 +121,23 @@ auto with_traits(const FwdParams& p, Fn&& fn) {
 // so that a block loads its next tile while it finishes the last one; causal ones pair each
 // query block with its mirror image so that the units cost alike. Elsewhere a block per tile,
 // which the hardware hands to multiprocessors as they free up: better balanced where tiles are
-// long and of unequal length (docs/mmaprefill.md).
+// long and of unequal length. But such a block's start and end wait on memory with nothing to
+// overlap, a cost per tile that packed batches of short sequences pay many times: packed launches
+// of many tiles (kClaimMinWaves a multiprocessor) run a block per multiprocessor that claims its
+// next tile, in the same order, from a counter in the workspace (docs/mmaprefill.md).
 inline constexpr int kPersistentMaxQueryBlocks = 8;
+inline constexpr int kClaimMinWaves = 8;
 inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) {
-    return unsigned(tiling.persistent && tiling.units > multiprocessors ? multiprocessors : tiling.units);
+    return unsigned((tiling.persistent || tiling.claims) && tiling.units > multiprocessors ? multiprocessors : tiling.units);
 }
 
 template <class Config, class T>
 PrefillTiling tiling_of(const FwdParams& p, T) {
-    return PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal, kPersistentMaxQueryBlocks,
-                             multiprocessor_count());
+    const int multiprocessors = multiprocessor_count();
+    PrefillTiling t = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal, kPersistentMaxQueryBlocks, multiprocessors);
+    t.claims = T::kClaims && !t.persistent && p.workspace != nullptr && p.workspace_bytes >= kClaimCounterBytes &&
+               t.units >= int64_t(kClaimMinWaves) * multiprocessors;
+    return t;
 }
 
 template <class Config>
@@ -170,6 +189,10 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
         if (attribute != hipSuccess) return attribute;
         const int multiprocessors = multiprocessor_count();
         if (multiprocessors == 0) return hipErrorNoDevice;
+        if (tiling.claims) {
+            const hipError_t zeroed = hipMemsetAsync(p.workspace, 0, kClaimCounterBytes, stream);
+            if (zeroed != hipSuccess) return zeroed;
+        }
         kernel<<<launch_blocks(tiling, multiprocessors), T::kThreads, T::kSharedBytes, stream>>>(p, tiling, maps);
         return hipGetLastError();
     });
@@ -187,6 +210,7 @@ std::string describe(const FwdParams& p) {
                "-stage shared-memory ring" + describe_order(t) +
                (T::kCopies    ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout) and the producer's copies (paged KV, element rows)"
                 : T::kPages   ? "; the paged kernel (packed batches, no scoring option, no dropout)"
+                : T::kClaims  ? "; the packed kernel (no other option)"
                 : T::kServing ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout)"
                               : "") +
                (!p.block_table ? ""
@@ -238,10 +262,13 @@ std::string describe(const FwdParams& p) {
 }
 #endif
 
-// The family needs no workspace.
+// The family's workspace: on Hopper, packed launches' counter of claimed tiles (launch_blocks).
+// A plan is made before the pointers are known: Q is packed where its batch stride is its row
+// stride (params.h; or every sequence has one position, where the counter goes unused).
 template <class Config>
-size_t workspace_size(const FwdParams&) {
-    return 0;
+size_t workspace_size(const FwdParams& p) {
+    const bool packed = p.q_strides.batch == p.q_strides.row;
+    return matrix_core(Config::arch) == MatrixCore::wgmma && packed ? kClaimCounterBytes : 0;
 }
 
 }  // namespace mmaprefill

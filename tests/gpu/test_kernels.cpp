@@ -161,14 +161,18 @@ std::vector<GpuCase> option_cases(const KernelKey& key) {
 
 // Packed variable-length batches (-layout packed): empty, 1-token and odd sequences beside long
 // ones, lengths as the kernel sees them (cu_seqlens), windows, the scoring options, LSE on every
-// other case; every head shape of the tuple.
+// other case; every head shape of the tuple. 600 short sequences make tiles enough for the
+// tensor-core family's claimed tiles (mmaprefill.h: launch_blocks), some seeing no key.
 std::vector<GpuCase> packed_cases(const KernelKey& key) {
     struct Shape { std::vector<int> q, kv; };
+    Shape many;
+    for (int i = 0; i < 600; ++i) many.q.push_back(i * 37 % 71), many.kv.push_back(i % 9 == 4 ? 0 : i * 37 % 71 + i % 5);
     const std::vector<Shape> shapes = {{{1}, {1}},
                                        {{7, 0, 1, 300, 33}, {13, 5, 1, 300, 90}},
                                        {{2, 1, 2}, {2, 9, 40}},  // few rows per KV head: the decode family's
                                        {{1, 1, 1, 1}, {700, 3, 16, 1}},
-                                       {{200, 64, 129, 1000}, {200, 64, 130, 1000}}};
+                                       {{200, 64, 129, 1000}, {200, 64, 130, 1000}},
+                                       many};
     std::vector<GpuCase> cases;
     uint64_t seed = 301;
     for (auto [h, h_kv] : head_shapes(key.heads)) {

@@ -1,6 +1,7 @@
 // Which of the tensor-core prefill family's kernels a launch takes (kernels/mmaprefill.h,
-// with_traits; tiles.h, Variant): paged launches without a scoring option, dropout or element
-// rows take the paged kernel where the head dim has one, every other paged launch the copies'.
+// with_traits; tiles.h, Variant): packed batches alone take the packed kernel; paged launches
+// without a scoring option, dropout or element rows take the paged kernel where the head dim
+// has one, every other paged launch the copies'.
 #include <gtest/gtest.h>
 #include <hip/hip_runtime.h>
 
@@ -26,7 +27,12 @@ TEST(MmaprefillVariants, PagedLaunchesWithoutOptionsTakeThePagedKernel) {
     FwdParams p{};
     p.head_dim = 128, p.seqlen_kv = 8192;
     EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::plain);
+    p.cu_seqlens_q = p.cu_seqlens_kv = cu_seqlens;  // packed batches alone: the packed kernel
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::packed);
+    EXPECT_EQ((variant_of<Cfg<64, Mask::nomask>>(p)), Variant::packed);
     p.softcap = 30.f;
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);
+    p.cu_seqlens_q = p.cu_seqlens_kv = nullptr;
     EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);
     p.softcap = 0.f, p.block_table = table, p.page_size = 64;
     EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::paged);

@@ -22,8 +22,9 @@ struct TileShape {
 // dropout: where has_paged_kernel()), and copies (all of those, and element rows, which the
 // producer warpgroup copies: registers of their own). A launch takes the first that serves it;
 // where options and copies have one tile shape, one kernel is built for both (mmaprefill.h:
-// with_traits).
-enum class Variant { plain, options, paged, copies };
+// with_traits). And packed: packed batches alone (no pages, no other option), whose producer
+// claims the tiles (PrefillTiling::claims): registers the options' producer does not have.
+enum class Variant { plain, options, paged, copies, packed };
 
 // short_keys: the launch's rows see few keys (the launcher's rule), where a tile's share of
 // keys crossing the causal diagonal is large.
@@ -52,23 +53,30 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // producer, which copies nothing, fits 40 at d128 too (consumers 232; at 24 it spilled), and
 // its consumers' code lacks the options': 2-4% faster than the copies' kernel at pages of 64 and
 // up. At d64 it keeps the copies' 56 / 152 but fits the plain kernel's 112-key causal tiles,
-// which the options' code did not. The options alone keep the plain kernel's registers
-// (docs/decisions.md, "The serving options without the producer's copies", "A paged kernel
-// without the options", "d64's paged kernel on the plain kernel's key tiles").
+// which the options' code did not. The options alone keep the plain kernel's registers. The
+// packed kernel's producer claims tiles in 32 (at 24 it spilled; the options' kernel with it, its
+// consumers at 232, ran option launches 1-8% slower), its consumers keeping the plain kernel's
+// 160 at d64 (112-key tiles: 128 spilled) and the paged kernel's 232 and 64-key tiles at d256
+// (80 spilled) (docs/decisions.md, "The serving options without the producer's copies", "A
+// paged kernel without the options", "d64's paged kernel on the plain kernel's key tiles",
+// "Packed batches on claimed tiles").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
     const bool copies = variant == Variant::copies, paged = variant == Variant::paged;
     const bool walks_pages = copies || paged;  // the producer's registers for a paged cache's walks
+    const bool claims = variant == Variant::packed;  // the producer's registers for claiming tiles
     if (head_dim <= 64) {
-        if (short_causal) return {3, 64, 3, walks_pages ? 56 : 24, walks_pages ? 152 : 160};
+        if (short_causal) return {3, 64, 3, walks_pages ? 56 : claims ? 32 : 24, walks_pages ? 152 : 160};
+        if (claims) return {3, 112, 2, 32, 160};
         if (paged) return {3, 112, 2, 56, 152};  // causal only (has_paged_kernel)
         if (variant != Variant::plain) return {3, 96, 2, copies ? 56 : 24, copies ? 152 : 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
-    if (head_dim <= 128) return {2, 128, 2, copies ? 56 : paged ? 40 : 24, copies ? 224 : paged ? 232 : 240};
+    if (head_dim <= 128) return {2, 128, 2, copies ? 56 : paged ? 40 : claims ? 32 : 24, copies ? 224 : paged || claims ? 232 : 240};
     if (walks_pages) return {2, 64, 2, 40, 232};
+    if (claims) return {2, 64, 2, 32, 232};
     if (variant == Variant::options || short_causal) return {2, 64, 2, 24, 240};
     return {2, 80, 2, 24, 240};
 }

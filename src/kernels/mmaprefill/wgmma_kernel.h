@@ -65,6 +65,7 @@ struct WgmmaTraits {
     static constexpr bool kOptions = kVariant_ == Variant::options || kVariant_ == Variant::copies;
     static constexpr bool kPages = kVariant_ == Variant::paged || kVariant_ == Variant::copies;
     static constexpr bool kCopies = kVariant_ == Variant::copies;
+    static constexpr bool kClaims = kVariant_ == Variant::packed;  // (PrefillTiling::claims)
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kConsumers = kShape.consumers;
     static constexpr int kBlockRows = kConsumers * wgmma::kRows;
@@ -84,9 +85,10 @@ struct WgmmaTraits {
     static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
     static constexpr int kBarrierOffset = kVOffset + kStages * kKVBytes;
     static constexpr int kBarriers = 2 + 4 * kStages;  // Q full and empty; K and V full and empty per stage
-    static constexpr int kOutputOffset = (kBarrierOffset + kBarriers * 8 + kAlignment - 1) / kAlignment * kAlignment;
+    static constexpr int kBarrierBytes = kBarriers * 8 + 8;  // and two words of a claimed tile (Pipeline::claimed)
+    static constexpr int kOutputOffset = (kBarrierOffset + kBarrierBytes + kAlignment - 1) / kAlignment * kAlignment;
     static constexpr bool kOwnOutputRows = kOutputOffset + kQBytes + kAlignment <= kSharedLimit;
-    static constexpr int kSharedBytes = (kOwnOutputRows ? kOutputOffset + kQBytes : kBarrierOffset + kBarriers * 8) + kAlignment;
+    static constexpr int kSharedBytes = (kOwnOutputRows ? kOutputOffset + kQBytes : kBarrierOffset + kBarrierBytes) + kAlignment;
 
     // Named barriers: 1 .. kConsumers hand the tensor cores between consumers; then one per
     // consumer for its epilogue.
@@ -115,6 +117,9 @@ struct TensorMaps {
     CUtensorMap v, v_groups, v_rows;
 };
 
+// A claimed tile's index past the launch's last (produce()).
+inline constexpr int kNoMoreTiles = -1;
+
 // The block's barriers. The K/V ring's slots are numbered across all of a block's work tiles:
 // slot n is stage n % kStages, in round n / kStages, whose parity a wait names. Address: a
 // pointer to the first barrier, or its shared-memory address (32 bits: the producer's, whose
@@ -132,6 +137,11 @@ struct Pipeline {
     __device__ Address k_empty(int stage) const { return at(2 + T::kStages + stage); }
     __device__ Address v_full(int stage) const { return at(2 + 2 * T::kStages + stage); }
     __device__ Address v_empty(int stage) const { return at(2 + 3 * T::kStages + stage); }
+    // Where the launch claims: the index of the work tile of Q load n, word n % 2 (produce()).
+    __device__ auto claimed(int word) const {
+        if constexpr (std::is_pointer_v<Address>) return reinterpret_cast<volatile int*>(words + T::kBarriers) + word;
+        else return words + 8 * T::kBarriers + 4 * word;
+    }
     __device__ static int stage(int slot) { return slot % T::kStages; }
     __device__ static uint32_t parity(int slot) { return uint32_t(slot / T::kStages) & 1u; }
 };
@@ -145,6 +155,11 @@ struct Pipeline {
 // warpgroup copying element rows (each consumer copies its own Q rows), and the warps issuing
 // a paged tile's later parts. Inlined, each way of loading K and V its own copy (a closure left
 // in memory would take the kernel's arguments to the stack).
+// Where the launch claims (thread 0's walk, kClaims), each tile's index comes from a counter in
+// the workspace and goes to the consumers through Q's "full" barrier: every tile with rows (one
+// without keys by an arrival alone), then kNoMoreTiles. The index waits in one of two shared-
+// memory words by the parity of its Q load (Pipeline::claimed), written as it is claimed: the
+// consumers have read the word's last index, whose Q slot they freed for the load before.
 template <class T, class Work, bool kShared, class LoadKV>
 __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling& tiling, const TensorMaps& maps, uint32_t shared,
                                         bool key_grid, LoadKV&& load_kv) {
@@ -154,14 +169,31 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
     __shared__ uint4 walks[wgmma::kThreads / 32][2];
     const auto walk = [&](int part) { return &walks[threadIdx.x / 32][part]; };  // not held: a register fewer
     if (!kShared) hopper::prefetch_tensor_map(&maps.q);
+    const bool claims = T::kClaims && !kShared && tiling.claims;
     int slot = 0, q_loads = 0;
-    for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
-        const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
-        if (index < 0) continue;
+    auto wait_for_q_slot = [&] { hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u); };
+    for (int step = 0;; ++step) {
+        int index;
+        if (claims) {
+            index = step == 0 ? int(blockIdx.x) : int(gridDim.x) + atomicAdd(static_cast<int*>(p.workspace), 1);
+            if (index >= tiling.units) index = kNoMoreTiles;
+            hopper::store_shared(pipe.claimed(q_loads & 1), index);
+            if (index == kNoMoreTiles) {
+                wait_for_q_slot(), hopper::barrier_arrive(pipe.q_full());
+                break;
+            }
+        } else {
+            if (!has_step(tiling, step, gridDim.x)) break;
+            index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
+            if (index < 0) continue;
+        }
         const Work work = Work::of(p, tiling, index, T::kBlockKeys, key_grid);
-        if (work.key_tiles == 0) continue;  // the consumers need no Q for it
+        if (work.key_tiles == 0) {  // the consumers need no Q for it, only its index where the launch claims
+            if (claims && work.has_rows) wait_for_q_slot(), hopper::barrier_arrive(pipe.q_full());
+            continue;
+        }
         auto load_q = [&] {
-            hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u);
+            wait_for_q_slot();
             hopper::barrier_arrive_expect(pipe.q_full(),
                                           T::kAtoms * tiling.rows_per_head * tiling.heads_per_tile * wgmma::kRowBytes);
             for (int atom = 0; atom < T::kAtoms; ++atom)
@@ -225,6 +257,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     const bool on_pages = T::kVariant == Variant::paged || (T::kCopies && p.block_table != nullptr);
     const bool key_grid = elements || on_pages;  // key tiles on a grid from key 0 (TileWork::of)
     using Pages = typename T::Pages;
+    const bool claims = T::kClaims && tiling.claims;
 
     if (threadIdx.x == 0) {
         hopper::barrier_init(pipe.q_full(), 1);
@@ -267,7 +300,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
         if (threadIdx.x == 0) {  // Q, K and V by TMA; a paged tile's first part, and all of one reaching past its keys
             hopper::prefetch_tensor_map(&maps.k);
             hopper::prefetch_tensor_map(&maps.v);
-            produce<T, Work, false>(p, tiling, maps, base, key_grid, [&](uint32_t full, uint32_t destination, const Work& work, uint4, int i, bool v) {
+            const auto load_kv = [&](uint32_t full, uint32_t destination, const Work& work, uint4, int i, bool v) {
                 const int k0 = work.first_key(i, T::kBlockKeys);
                 if constexpr (T::kPages) {
                     if (on_pages) {
@@ -281,7 +314,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
                 for (int atom = 0; atom < T::kAtoms; ++atom)
                     hopper::tma_load_4d(destination + atom * T::kBlockKeys * wgmma::kRowBytes, v ? &maps.v : &maps.k,
                                         atom * wgmma::kAtomColumns, work.kv_row(k0), work.tile.head_kv, work.kv_batch(p), full);
-            });
+            };
+            produce<T, Work, false>(p, tiling, maps, base, key_grid, load_kv);
         }
         return;
     }
@@ -483,9 +517,17 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
 
     if (consumer == T::kConsumers - 1) pass_turn();  // consumer 0 goes first
     int q_loads = 0;
-    for (int step = 0; has_step(tiling, step, gridDim.x); ++step) {
-        const int index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
-        if (index < 0) continue;
+    for (int step = 0;; ++step) {
+        int index;
+        if (claims) {  // Q's barrier publishes the tile's index (produce())
+            hopper::barrier_wait(pipe.q_full(), uint32_t(q_loads) & 1u);
+            index = *pipe.claimed(q_loads++ & 1);
+            if (index == kNoMoreTiles) break;
+        } else {
+            if (!has_step(tiling, step, gridDim.x)) break;
+            index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
+            if (index < 0) continue;
+        }
         work = Work::of(p, tiling, index, T::kBlockKeys, key_grid);
         if (!work.has_rows) continue;
         // The tile's placement waits for the epilogue in shared memory, one copy per warp (warp-
@@ -517,7 +559,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
         if (keys.count > 0) {
             if (elements)  // the producer has no registers to copy Q: this warpgroup's rows, copied here
                 Pages::template copy_q<T::kBlockRows>(hopper::shared_address(q_tile), p, tiling, work, row0, T::kEpilogueBarrier + consumer);
-            else
+            else if (!claims)
                 hopper::barrier_wait(pipe.q_full(), uint32_t(q_loads++) & 1u);
             // Key tiles that none of this warpgroup's rows sees: handed back unread, the turn
             // passed on (every consumer takes one turn per key tile).
@@ -612,6 +654,8 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
             }
             for (int i = keys.end; i < keys.count; ++i) skip(i);
             slot += keys.count;
+        } else if (claims) {
+            release_q();  // only the tile's index was published
         }
         work = kept;
         __syncwarp();  // read by every lane before the next tile's copy

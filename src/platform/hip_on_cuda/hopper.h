@@ -125,6 +125,11 @@ __device__ inline void store_shared_16(uint32_t shared, const uint4& value) {
                  "r"(value.w)
                  : "memory");
 }
+// One 32-bit word to the shared-memory address `shared` (a barrier, not the compiler, orders it
+// with other threads' reads).
+__device__ inline void store_shared(uint32_t shared, int value) {
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(shared), "r"(value) : "memory");
+}
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // Orders this thread's global-memory accesses by the generic proxy with its bulk (TMA) ones.
 __device__ inline void fence_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
