@@ -89,7 +89,8 @@ inline bool packing_only(const FwdParams& p) {
 inline constexpr int kShortKeysMax = 2048;
 
 // Calls fn(Traits{}) with the kernel the launch takes (tiles.h, Variant): the plain one where it
-// asks for no run-time option; the packed one where it asks for packed batches alone; the paged
+// asks for no run-time option; the packed one where it asks for packed batches alone, of many
+// tiles (claims_pay()); the paged
 // one where it reads a paged cache with no scoring option,
 // no dropout and no element rows (packed or not); the options' one where it asks for some
 // (packed, softcapping, ALiBi, dropout) and the copies' where it also reads a paged cache or
@@ -103,10 +104,12 @@ auto with_shape(const FwdParams& p, Fn&& fn) {
     }
     return fn(Traits<Config, false, kVariant>{});
 }
+template <class Config>
+bool claims_pay(const FwdParams& p);
 template <class Config, class Fn>
 auto with_traits(const FwdParams& p, Fn&& fn) {
     if (!has_run_time_options(p)) return with_shape<Config, Variant::plain>(p, fn);
-    if (packing_only(p)) return with_shape<Config, Variant::packed>(p, fn);
+    if (packing_only(p) && claims_pay<Config>(p)) return with_shape<Config, Variant::packed>(p, fn);
     if constexpr (has_paged_kernel(Config::head_dim, Config::mask == Mask::causal)) {
         if (pages_and_packing_only(p)) return with_shape<Config, Variant::paged>(p, fn);
     }
@@ -123,8 +126,9 @@ auto with_traits(const FwdParams& p, Fn&& fn) {
 // which the hardware hands to multiprocessors as they free up: better balanced where tiles are
 // long and of unequal length. But such a block's start and end wait on memory with nothing to
 // overlap, a cost per tile that packed batches of short sequences pay many times: packed launches
-// of many tiles (kClaimMinWaves a multiprocessor) run a block per multiprocessor that claims its
-// next tile, in the same order, from a counter in the workspace (docs/mmaprefill.md).
+// of many tiles (kClaimMinWaves a multiprocessor) run the packed kernel, a block per multiprocessor
+// claiming its next tile, in the same order, from a counter in the workspace (docs/mmaprefill.md);
+// fewer take the options' kernel, whose grid needs no counter zeroed first.
 inline constexpr int kPersistentMaxQueryBlocks = 8;
 inline constexpr int kClaimMinWaves = 8;
 inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) {
@@ -133,11 +137,17 @@ inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) 
 
 template <class Config, class T>
 PrefillTiling tiling_of(const FwdParams& p, T) {
-    const int multiprocessors = multiprocessor_count();
-    PrefillTiling t = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal, kPersistentMaxQueryBlocks, multiprocessors);
-    t.claims = T::kClaims && !t.persistent && p.workspace != nullptr && p.workspace_bytes >= kClaimCounterBytes &&
-               t.units >= int64_t(kClaimMinWaves) * multiprocessors;
+    PrefillTiling t = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal, kPersistentMaxQueryBlocks,
+                                        multiprocessor_count());
+    t.claims = T::kClaims;
     return t;
+}
+
+template <class Config>
+bool claims_pay(const FwdParams& p) {
+    if (p.workspace == nullptr || p.workspace_bytes < kClaimCounterBytes) return false;
+    const PrefillTiling t = tiling_of<Config>(p, Traits<Config, false, Variant::packed>{});
+    return t.units >= int64_t(kClaimMinWaves) * multiprocessor_count();
 }
 
 template <class Config>

@@ -20,19 +20,30 @@ Variant variant_of(const FwdParams& p) {
     return with_traits<Config>(p, [](auto traits) { return decltype(traits)::kVariant; });
 }
 
-TEST(MmaprefillVariants, PagedLaunchesWithoutOptionsTakeThePagedKernel) {
+TEST(MmaprefillVariants, EachLaunchTakesTheKernelOfItsOptions) {
     const int table[2] = {1, 0};
     const int cu_seqlens[2] = {0, 4096};
     const float slopes[1] = {0.5f};
     FwdParams p{};
     p.head_dim = 128, p.seqlen_kv = 8192;
     EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::plain);
-    p.cu_seqlens_q = p.cu_seqlens_kv = cu_seqlens;  // packed batches alone: the packed kernel
-    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::packed);
-    EXPECT_EQ((variant_of<Cfg<64, Mask::nomask>>(p)), Variant::packed);
-    p.softcap = 30.f;
+    // Packed batches alone: the packed kernel where its tiles fill the device 8 times over (4096
+    // positions of 128 query heads: 33 x 128 tiles) and the workspace holds its counter; else
+    // the options' kernel.
+    int counter = 0;
+    p.batch = 1, p.heads_q = 128, p.heads_kv = 16, p.seqlen_q = p.seqlen_kv = p.total_q = p.total_kv = 4096;
+    p.cu_seqlens_q = p.cu_seqlens_kv = cu_seqlens;
     EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);
-    p.cu_seqlens_q = p.cu_seqlens_kv = nullptr;
+    p.workspace = &counter, p.workspace_bytes = sizeof(counter);
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::packed);
+    p.head_dim = 64;
+    EXPECT_EQ((variant_of<Cfg<64, Mask::nomask>>(p)), Variant::packed);
+    p.head_dim = 128, p.heads_q = 16;  // 33 x 16 tiles
+    if (multiprocessor_count() > 66) EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);
+    p.heads_q = 128, p.softcap = 30.f;
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);
+    p.cu_seqlens_q = p.cu_seqlens_kv = nullptr, p.workspace = nullptr;
+    p.seqlen_kv = 8192;
     EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);
     p.softcap = 0.f, p.block_table = table, p.page_size = 64;
     EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::paged);

@@ -44,7 +44,7 @@ struct PrefillTiling {
     int section_heads;     // longest first: (batch, KV head) pairs per section; 0: query blocks fastest
     bool end_aligned;      // query block q's rows end (query_blocks - q) x rows_per_head before the sequence's end
     bool persistent;       // blocks take units in rounds (else one block per tile)
-    bool claims;           // a block per multiprocessor claims tiles in index order as it frees up (the launcher's choice)
+    bool claims;           // a block per multiprocessor claims tiles in index order as it frees up (the kernel's way)
     int tiles_per_unit;    // 2: a unit is a query block and its mirror (persistent causal), else 1 (no other value)
     int64_t units;         // tiles / tiles_per_unit
     int heads_kv, group;   // KV heads, query heads per KV head
@@ -162,13 +162,15 @@ __host__ __device__ inline PrefillTile locate_tile(const PrefillTiling& t, int i
 }
 
 // A packed batch's virtual query block `block` (PrefillTiling::packed): its sequence (the last b
-// with P(b) <= block), and the sequence's first virtual block and count of them.
+// with P(b) <= block; or `known`, where the caller has it), and the sequence's first virtual
+// block and count of them.
 struct PackedBlock {
     int sequence, first, count;
 };
-__host__ __device__ inline PackedBlock packed_sequence(const PrefillTiling& t, const int* cu_seqlens, int batch, int block) {
+__host__ __device__ inline PackedBlock packed_sequence(const PrefillTiling& t, const int* cu_seqlens, int batch, int block,
+                                                       int known = -1) {
     const auto divide = [&](int rows) { return t.by_block_tokens.divide(rows); };
-    const int sequence = packed_tile_sequence(cu_seqlens, batch, block, divide);
+    const int sequence = known >= 0 ? known : packed_tile_sequence(cu_seqlens, batch, block, divide);
     const int first = sequence + divide(cu_seqlens[sequence]);
     return {sequence, first, sequence + 1 + divide(cu_seqlens[sequence + 1]) - first};
 }

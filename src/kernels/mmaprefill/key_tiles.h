@@ -40,8 +40,9 @@ struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
     int key_tiles;      // 0 where no row sees a key
     bool has_rows;      // false where the tile lies past its sequence's length
 
+    // sequence: a packed tile's, where the caller knows it (a claimed tile's, from the producer), else -1.
     __device__ static TileWork of(const FwdParams& p, const PrefillTiling& tiling, int index, int block_keys,
-                                  bool on_pages = false) {
+                                  bool on_pages = false, int sequence = -1) {
         TileWork w;
         w.tile = locate_tile(tiling, index);
         const int* cu_seqlens_q = packed_only<kPacked>(p.cu_seqlens_q);
@@ -50,7 +51,7 @@ struct TileWork : std::conditional_t<kPacked, PackedRows, PaddedRows> {
         if constexpr (kPacked) {
             if (tiling.packed) {  // a virtual query block: its sequence, and its place in it
                 const int virtual_block = tiling.by_rows_per_head.divide(w.tile.position0);
-                const PackedBlock found = packed_sequence(tiling, cu_seqlens_q, p.batch, virtual_block);
+                const PackedBlock found = packed_sequence(tiling, cu_seqlens_q, p.batch, virtual_block, sequence);
                 w.tile.batch = found.sequence;
                 block = virtual_block - found.first;
                 w.tile.position0 = block * tiling.rows_per_head;

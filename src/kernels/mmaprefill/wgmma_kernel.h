@@ -85,7 +85,7 @@ struct WgmmaTraits {
     static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
     static constexpr int kBarrierOffset = kVOffset + kStages * kKVBytes;
     static constexpr int kBarriers = 2 + 4 * kStages;  // Q full and empty; K and V full and empty per stage
-    static constexpr int kBarrierBytes = kBarriers * 8 + 8;  // and two words of a claimed tile (Pipeline::claimed)
+    static constexpr int kBarrierBytes = kBarriers * 8 + 16;  // and four words of claimed tiles (Pipeline::claimed)
     static constexpr int kOutputOffset = (kBarrierOffset + kBarrierBytes + kAlignment - 1) / kAlignment * kAlignment;
     static constexpr bool kOwnOutputRows = kOutputOffset + kQBytes + kAlignment <= kSharedLimit;
     static constexpr int kSharedBytes = (kOwnOutputRows ? kOutputOffset + kQBytes : kBarrierOffset + kBarrierBytes) + kAlignment;
@@ -137,7 +137,8 @@ struct Pipeline {
     __device__ Address k_empty(int stage) const { return at(2 + T::kStages + stage); }
     __device__ Address v_full(int stage) const { return at(2 + 2 * T::kStages + stage); }
     __device__ Address v_empty(int stage) const { return at(2 + 3 * T::kStages + stage); }
-    // Where the launch claims: the index of the work tile of Q load n, word n % 2 (produce()).
+    // Where the launch claims: the index of the work tile of Q load n, word n % 2, and its
+    // sequence, word 2 + n % 2 (produce()).
     __device__ auto claimed(int word) const {
         if constexpr (std::is_pointer_v<Address>) return reinterpret_cast<volatile int*>(words + T::kBarriers) + word;
         else return words + 8 * T::kBarriers + 4 * word;
@@ -157,9 +158,10 @@ struct Pipeline {
 // in memory would take the kernel's arguments to the stack).
 // Where the launch claims (thread 0's walk, kClaims), each tile's index comes from a counter in
 // the workspace and goes to the consumers through Q's "full" barrier: every tile with rows (one
-// without keys by an arrival alone), then kNoMoreTiles. The index waits in one of two shared-
-// memory words by the parity of its Q load (Pipeline::claimed), written as it is claimed: the
-// consumers have read the word's last index, whose Q slot they freed for the load before.
+// without keys by an arrival alone), then kNoMoreTiles. The index and the tile's sequence (the
+// consumers then search no packed batch's lengths) wait in shared-memory words by the parity of
+// the tile's Q load (Pipeline::claimed), written as found: the consumers have read the words'
+// last values, whose Q slot they freed for the load before.
 template <class T, class Work, bool kShared, class LoadKV>
 __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling& tiling, const TensorMaps& maps, uint32_t shared,
                                         bool key_grid, LoadKV&& load_kv) {
@@ -169,16 +171,15 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
     __shared__ uint4 walks[wgmma::kThreads / 32][2];
     const auto walk = [&](int part) { return &walks[threadIdx.x / 32][part]; };  // not held: a register fewer
     if (!kShared) hopper::prefetch_tensor_map(&maps.q);
-    const bool claims = T::kClaims && !kShared && tiling.claims;
+    constexpr bool claims = T::kClaims && !kShared;
     int slot = 0, q_loads = 0;
     auto wait_for_q_slot = [&] { hopper::barrier_wait(pipe.q_empty(), (uint32_t(q_loads++) & 1u) ^ 1u); };
     for (int step = 0;; ++step) {
         int index;
         if (claims) {
             index = step == 0 ? int(blockIdx.x) : int(gridDim.x) + atomicAdd(static_cast<int*>(p.workspace), 1);
-            if (index >= tiling.units) index = kNoMoreTiles;
-            hopper::store_shared(pipe.claimed(q_loads & 1), index);
-            if (index == kNoMoreTiles) {
+            if (index >= tiling.units) {
+                hopper::store_shared(pipe.claimed(q_loads & 1), kNoMoreTiles);
                 wait_for_q_slot(), hopper::barrier_arrive(pipe.q_full());
                 break;
             }
@@ -188,6 +189,10 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
             if (index < 0) continue;
         }
         const Work work = Work::of(p, tiling, index, T::kBlockKeys, key_grid);
+        if (claims) {
+            hopper::store_shared(pipe.claimed(q_loads & 1), index);
+            hopper::store_shared(pipe.claimed(2 + (q_loads & 1)), int(work.tile.batch));
+        }
         if (work.key_tiles == 0) {  // the consumers need no Q for it, only its index where the launch claims
             if (claims && work.has_rows) wait_for_q_slot(), hopper::barrier_arrive(pipe.q_full());
             continue;
@@ -257,7 +262,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     const bool on_pages = T::kVariant == Variant::paged || (T::kCopies && p.block_table != nullptr);
     const bool key_grid = elements || on_pages;  // key tiles on a grid from key 0 (TileWork::of)
     using Pages = typename T::Pages;
-    const bool claims = T::kClaims && tiling.claims;
+    constexpr bool claims = T::kClaims;
 
     if (threadIdx.x == 0) {
         hopper::barrier_init(pipe.q_full(), 1);
@@ -518,17 +523,20 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     if (consumer == T::kConsumers - 1) pass_turn();  // consumer 0 goes first
     int q_loads = 0;
     for (int step = 0;; ++step) {
-        int index;
-        if (claims) {  // Q's barrier publishes the tile's index (produce())
+        int index = 0, sequence = -1;
+        if (claims) {  // Q's barrier publishes the tile's index and sequence (produce())
             hopper::barrier_wait(pipe.q_full(), uint32_t(q_loads) & 1u);
-            index = *pipe.claimed(q_loads++ & 1);
+            // Read by the lane that frees Q's slot (and so the words) for its warp, and shared.
+            if (leader) index = *pipe.claimed(q_loads & 1), sequence = *pipe.claimed(2 + (q_loads & 1));
+            index = __shfl_sync(0xffffffffu, index, 0), sequence = __shfl_sync(0xffffffffu, sequence, 0);
+            ++q_loads;
             if (index == kNoMoreTiles) break;
         } else {
             if (!has_step(tiling, step, gridDim.x)) break;
             index = persistent_tile(tiling, step, blockIdx.x, gridDim.x);
             if (index < 0) continue;
         }
-        work = Work::of(p, tiling, index, T::kBlockKeys, key_grid);
+        work = Work::of(p, tiling, index, T::kBlockKeys, key_grid, sequence);
         if (!work.has_rows) continue;
         // The tile's placement waits for the epilogue in shared memory, one copy per warp (warp-
         // uniform values): deriving it again there costs a tile's worth of divisions, and
