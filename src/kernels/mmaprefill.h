@@ -71,7 +71,7 @@ inline bool element_copies_fit(const void* base, const TensorStrides& s, int row
 }
 
 // Whether a launch reads a paged cache and asks for no run-time option but packed batches (the
-// paged kernel's launches), or asks for packed batches alone (the packed kernel's);
+// paged kernel's launches); whether it asks for packed batches alone (the packed kernel's);
 // has_run_time_options() keeps the list of options.
 inline bool pages_and_packing_only(const FwdParams& p) {
     FwdParams rest = p;
@@ -90,9 +90,8 @@ inline constexpr int kShortKeysMax = 2048;
 
 // Calls fn(Traits{}) with the kernel the launch takes (tiles.h, Variant): the plain one where it
 // asks for no run-time option; the packed one where it asks for packed batches alone, of many
-// tiles (claims_pay()); the paged
-// one where it reads a paged cache with no scoring option,
-// no dropout and no element rows (packed or not); the options' one where it asks for some
+// tiles (claims_pay()); the paged one where it reads a paged cache with no scoring option, no
+// dropout and no element rows (packed or not); the options' one where it asks for some
 // (packed, softcapping, ALiBi, dropout) and the copies' where it also reads a paged cache or
 // element rows, or where the options' tile is the copies' (then no kernel of options alone is
 // built); and the table's short-keys tile shape where the key range is short and the table has

@@ -44,7 +44,7 @@ struct PrefillTiling {
     int section_heads;     // longest first: (batch, KV head) pairs per section; 0: query blocks fastest
     bool end_aligned;      // query block q's rows end (query_blocks - q) x rows_per_head before the sequence's end
     bool persistent;       // blocks take units in rounds (else one block per tile)
-    bool claims;           // a block per multiprocessor claims tiles in index order as it frees up (the kernel's way)
+    bool claims;           // a block per multiprocessor claims tiles in index order as it frees up (the packed kernel)
     int tiles_per_unit;    // 2: a unit is a query block and its mirror (persistent causal), else 1 (no other value)
     int64_t units;         // tiles / tiles_per_unit
     int heads_kv, group;   // KV heads, query heads per KV head

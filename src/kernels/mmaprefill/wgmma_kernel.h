@@ -137,8 +137,8 @@ struct Pipeline {
     __device__ Address k_empty(int stage) const { return at(2 + T::kStages + stage); }
     __device__ Address v_full(int stage) const { return at(2 + 2 * T::kStages + stage); }
     __device__ Address v_empty(int stage) const { return at(2 + 3 * T::kStages + stage); }
-    // Where the launch claims: the index of the work tile of Q load n, word n % 2, and its
-    // sequence, word 2 + n % 2 (produce()).
+    // The packed kernel's claimed tiles: the index of the work tile of Q load n, word n % 2, and
+    // its sequence, word 2 + n % 2 (produce()).
     __device__ auto claimed(int word) const {
         if constexpr (std::is_pointer_v<Address>) return reinterpret_cast<volatile int*>(words + T::kBarriers) + word;
         else return words + 8 * T::kBarriers + 4 * word;
@@ -156,7 +156,7 @@ struct Pipeline {
 // warpgroup copying element rows (each consumer copies its own Q rows), and the warps issuing
 // a paged tile's later parts. Inlined, each way of loading K and V its own copy (a closure left
 // in memory would take the kernel's arguments to the stack).
-// Where the launch claims (thread 0's walk, kClaims), each tile's index comes from a counter in
+// In the packed kernel (kClaims: thread 0's walk) each tile's index comes from a counter in
 // the workspace and goes to the consumers through Q's "full" barrier: every tile with rows (one
 // without keys by an arrival alone), then kNoMoreTiles. The index and the tile's sequence (the
 // consumers then search no packed batch's lengths) wait in shared-memory words by the parity of
@@ -193,7 +193,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, const PrefillTiling&
             hopper::store_shared(pipe.claimed(q_loads & 1), index);
             hopper::store_shared(pipe.claimed(2 + (q_loads & 1)), int(work.tile.batch));
         }
-        if (work.key_tiles == 0) {  // the consumers need no Q for it, only its index where the launch claims
+        if (work.key_tiles == 0) {  // the consumers need no Q for it, only its index where the kernel claims
             if (claims && work.has_rows) wait_for_q_slot(), hopper::barrier_arrive(pipe.q_full());
             continue;
         }
