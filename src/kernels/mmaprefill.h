@@ -45,13 +45,14 @@ inline std::string describe_tiles(const PrefillTiling& t, int block_rows, unsign
                 " positions, sharing each K/V tile)";
     return text;
 }
-inline std::string describe_order(const PrefillTiling& t) {
+// claims: a block per multiprocessor claims tiles in index order as it frees up (the packed kernel).
+inline std::string describe_order(const PrefillTiling& t, bool claims = false) {
     std::string text;
     if (t.section_heads)
         text += "; query blocks that see the most keys first, in sections of " + std::to_string(t.section_heads) +
                 " KV heads";
     if (t.tiles_per_unit == 2) text += "; each block takes a query block and its mirror image in turn";
-    if (t.claims) text += "; each block claims its next tile as it frees up";
+    if (claims) text += "; each block claims its next tile as it frees up";
     return text;
 }
 
@@ -130,16 +131,14 @@ auto with_traits(const FwdParams& p, Fn&& fn) {
 // fewer take the options' kernel, whose grid needs no counter zeroed first.
 inline constexpr int kPersistentMaxQueryBlocks = 8;
 inline constexpr int kClaimMinWaves = 8;
-inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors) {
-    return unsigned((tiling.persistent || tiling.claims) && tiling.units > multiprocessors ? multiprocessors : tiling.units);
+inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors, bool claims) {
+    return unsigned((tiling.persistent || claims) && tiling.units > multiprocessors ? multiprocessors : tiling.units);
 }
 
 template <class Config, class T>
 PrefillTiling tiling_of(const FwdParams& p, T) {
-    PrefillTiling t = PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal, kPersistentMaxQueryBlocks,
-                                        multiprocessor_count());
-    t.claims = T::kClaims;
-    return t;
+    return PrefillTiling::of(p, T::kBlockRows, Config::mask == Mask::causal, kPersistentMaxQueryBlocks,
+                             multiprocessor_count());
 }
 
 template <class Config>
@@ -198,11 +197,11 @@ hipError_t launch(const FwdParams& p, hipStream_t stream) {
         if (attribute != hipSuccess) return attribute;
         const int multiprocessors = multiprocessor_count();
         if (multiprocessors == 0) return hipErrorNoDevice;
-        if (tiling.claims) {
+        if constexpr (T::kClaims) {
             const hipError_t zeroed = hipMemsetAsync(p.workspace, 0, kClaimCounterBytes, stream);
             if (zeroed != hipSuccess) return zeroed;
         }
-        kernel<<<launch_blocks(tiling, multiprocessors), T::kThreads, T::kSharedBytes, stream>>>(p, tiling, maps);
+        kernel<<<launch_blocks(tiling, multiprocessors, T::kClaims), T::kThreads, T::kSharedBytes, stream>>>(p, tiling, maps);
         return hipGetLastError();
     });
 }
@@ -213,10 +212,10 @@ std::string describe(const FwdParams& p) {
     return with_traits<Config>(p, [&](auto traits) {
         using T = decltype(traits);
         const PrefillTiling t = tiling_of<Config>(p, traits);
-        return describe_tiles(t, T::kBlockRows, launch_blocks(t, multiprocessor_count())) + "; 1 TMA producer + " +
+        return describe_tiles(t, T::kBlockRows, launch_blocks(t, multiprocessor_count(), T::kClaims)) + "; 1 TMA producer + " +
                std::to_string(T::kConsumers) + " wgmma consumer warpgroups of 64 rows; keys in tiles of " +
                std::to_string(T::kBlockKeys) + " through a " + std::to_string(T::kStages) +
-               "-stage shared-memory ring" + describe_order(t) +
+               "-stage shared-memory ring" + describe_order(t, T::kClaims) +
                (T::kCopies    ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout) and the producer's copies (paged KV, element rows)"
                 : T::kPages   ? "; the paged kernel (packed batches, no scoring option, no dropout)"
                 : T::kClaims  ? "; the packed kernel (no other option)"

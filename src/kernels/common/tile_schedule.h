@@ -44,7 +44,6 @@ struct PrefillTiling {
     int section_heads;     // longest first: (batch, KV head) pairs per section; 0: query blocks fastest
     bool end_aligned;      // query block q's rows end (query_blocks - q) x rows_per_head before the sequence's end
     bool persistent;       // blocks take units in rounds (else one block per tile)
-    bool claims;           // a block per multiprocessor claims tiles in index order as it frees up (the packed kernel)
     int tiles_per_unit;    // 2: a unit is a query block and its mirror (persistent causal), else 1 (no other value)
     int64_t units;         // tiles / tiles_per_unit
     int heads_kv, group;   // KV heads, query heads per KV head
@@ -70,7 +69,6 @@ struct PrefillTiling {
         t.query_blocks = (p.seqlen_q + t.rows_per_head - 1) / t.rows_per_head;
         t.end_aligned = causal && t.heads_per_tile == 1;
         t.packed = p.cu_seqlens_q != nullptr;
-        t.claims = false;
         // A packed batch's tiles differ in cost (sequences of any length, virtual blocks that run
         // empty), which fixed rounds do not balance: persistent only where no tile sees many keys.
         const int key_blocks = (p.seqlen_kv + block_rows - 1) / block_rows;

@@ -23,7 +23,7 @@ struct TileShape {
 // producer warpgroup copies: registers of their own). A launch takes the first that serves it;
 // where options and copies have one tile shape, one kernel is built for both (mmaprefill.h:
 // with_traits). And packed: packed batches alone (no pages, no other option), whose producer
-// claims the tiles (PrefillTiling::claims): registers the options' producer does not have.
+// claims the tiles (mmaprefill.h: launch_blocks): registers the options' producer does not have.
 enum class Variant { plain, options, paged, copies, packed };
 
 // short_keys: the launch's rows see few keys (the launcher's rule), where a tile's share of

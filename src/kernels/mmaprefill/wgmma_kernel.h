@@ -65,7 +65,7 @@ struct WgmmaTraits {
     static constexpr bool kOptions = kVariant_ == Variant::options || kVariant_ == Variant::copies;
     static constexpr bool kPages = kVariant_ == Variant::paged || kVariant_ == Variant::copies;
     static constexpr bool kCopies = kVariant_ == Variant::copies;
-    static constexpr bool kClaims = kVariant_ == Variant::packed;  // (PrefillTiling::claims)
+    static constexpr bool kClaims = kVariant_ == Variant::packed;  // blocks claim their tiles (produce())
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kConsumers = kShape.consumers;
     static constexpr int kBlockRows = kConsumers * wgmma::kRows;
@@ -85,7 +85,7 @@ struct WgmmaTraits {
     static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
     static constexpr int kBarrierOffset = kVOffset + kStages * kKVBytes;
     static constexpr int kBarriers = 2 + 4 * kStages;  // Q full and empty; K and V full and empty per stage
-    static constexpr int kBarrierBytes = kBarriers * 8 + 16;  // and four words of claimed tiles (Pipeline::claimed)
+    static constexpr int kBarrierBytes = kBarriers * 8 + (kClaims ? 16 : 0);  // and four words of claimed tiles (Pipeline::claimed)
     static constexpr int kOutputOffset = (kBarrierOffset + kBarrierBytes + kAlignment - 1) / kAlignment * kAlignment;
     static constexpr bool kOwnOutputRows = kOutputOffset + kQBytes + kAlignment <= kSharedLimit;
     static constexpr int kSharedBytes = (kOwnOutputRows ? kOutputOffset + kQBytes : kBarrierOffset + kBarrierBytes) + kAlignment;
