@@ -8,7 +8,8 @@ uniform) runs as one flash_attn_varlen_func call on packed tokens, and as dense 
 calls, one per group of equal lengths (what the packed call should cost), and the dense calls
 through PyTorch's SDPA cuDNN and flash backends (the peers), all of them timed call by call in
 turn. Reported: milliseconds (median of the rounds), the packed call's ratio to the dense calls,
-and the memory the packed call allocates beyond its inputs, as a multiple of its output.
+and the memory the packed call allocates beyond its inputs, as a multiple of its output. Some
+mixes again with softcapping or ALiBi, packed and dense calls alike (OPTION_MIXES; no peers).
 
 Scoring options and paged KV: fmha.exe on the issue's shapes with and without
 -softcapping-scale-bmm1 / -alibi / -paged-kv (pages of 16, 64, 256, shuffled), TFLOP/s and the
@@ -44,6 +45,11 @@ MIXES = [
     ("chunks 2048 + 3 x 256 vs 16k + 3 x 4k keys", [2048] + [256] * 3, 32, 8, 128, True, [16384] + [4096] * 3),
 ]
 
+# Packed mixes with a scoring option (the packed and the dense calls alike; SDPA has neither):
+# (mix, flash_attn_varlen_func's keyword: softcap's value, or ALiBi's slopes drawn per head).
+OPTION_MIXES = [(MIXES[2], ("softcap", 30.0)), (MIXES[2], ("alibi_slopes", None)), (MIXES[0], ("softcap", 30.0)),
+                (MIXES[3], ("alibi_slopes", None)), (MIXES[6], ("softcap", 30.0))]
+
 # (name, fmha.exe flags) pairs whose ratio is the options' cost; the first of each is the base.
 OPTION_CASES = [
     ("d256 GQA 16/8 s4k causal bf16", ["-b", "1", "-h", "16", "-gqa", "8", "-s", "4096", "-d", "256", "-bf16",
@@ -72,11 +78,16 @@ PAGED_CASES = [(name, flags + ["-d", "128", "-causal-mask", "-bf16"] if "-d" not
                for name, flags in _CHUNKED + _SWEEP_CAUSAL for page in (16, 64, 256)]
 
 
-def packed_rows(mix, rounds, runs):
+def packed_rows(mix, rounds, runs, option=None):
     import torch
     import torch.nn.functional as F
     import fmha
     name, lengths, heads, heads_kv, head_dim, causal = mix[:6]
+    options = {}
+    if option is not None:
+        keyword, value = option
+        options[keyword] = value if value is not None else torch.rand(heads, device="cuda") * 0.1
+        name += f", {keyword.split('_')[0]}" + (f" {value:g}" if value is not None else "")
     key_lengths = mix[6] if len(mix) > 6 else lengths
     torch.manual_seed(0)
     total = sum(lengths)
@@ -85,7 +96,7 @@ def packed_rows(mix, rounds, runs):
     cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).int()
     cu_k = torch.tensor([0] + key_lengths, device="cuda").cumsum(0).int()
     packed = lambda: fmha.flash_attn_varlen_func(q, k, v, cu, cu_k, max(lengths), max(key_lengths), causal=causal,
-                                                 strict=True)
+                                                 strict=True, **options)
     # The dense calls: one per group of equal lengths, on [batch, seqlen, heads, d] copies made beforehand.
     groups = {}
     for b, n in enumerate(zip(lengths, key_lengths)):
@@ -96,12 +107,13 @@ def packed_rows(mix, rounds, runs):
                                                 for b in members])
         dense_inputs.append((q[rows(cu, n)].view(len(members), n, *q.shape[1:]),
                              *(t[rows(cu_k, n_k)].view(len(members), n_k, *t.shape[1:]) for t in (k, v))))
-    dense = lambda: [fmha.flash_attn_func(*x, causal=causal, strict=True) for x in dense_inputs]
+    dense = lambda: [fmha.flash_attn_func(*x, causal=causal, strict=True, **options) for x in dense_inputs]
     sdpa_inputs = [tuple(t.transpose(1, 2).contiguous() for t in x) for x in dense_inputs]
     from torch.nn.attention import SDPBackend, sdpa_kernel
     backends = {"cuDNN": SDPBackend.CUDNN_ATTENTION, "FA2": SDPBackend.FLASH_ATTENTION}
 
-    has_peers = key_lengths == lengths  # SDPA's is_causal aligns a chunk's diagonal top-left: no peer
+    # SDPA's is_causal aligns a chunk's diagonal top-left, and it has no softcap or ALiBi: no peer.
+    has_peers = key_lengths == lengths and not options
 
     def sdpa(backend):
         with sdpa_kernel([backend]):
@@ -162,8 +174,8 @@ def main():
     if "packed" in args.parts:
         lines += ["", "| packed mix (fp16) | sequences | tokens | packed ms | dense calls ms | packed / dense | "
                   "cuDNN dense ms | FA2 dense ms | packed call's allocation / output |", "|---|---|---|---|---|---|---|---|---|"]
-    for mix in MIXES if "packed" in args.parts else []:
-        lines.append(packed_rows(mix, args.rounds, args.runs))
+    for mix, option in [(mix, None) for mix in MIXES] + OPTION_MIXES if "packed" in args.parts else []:
+        lines.append(packed_rows(mix, args.rounds, args.runs, option))
         print(lines[-1], flush=True)
     lines += ["", "| shape (fmha.exe) | options | plain TFLOP/s | with options | ratio | kernel | checks |",
               "|---|---|---|---|---|---|---|"]

@@ -91,7 +91,8 @@ inline constexpr int kShortKeysMax = 2048;
 
 // Calls fn(Traits{}) with the kernel the launch takes (tiles.h, Variant): the plain one where it
 // asks for no run-time option; the packed one where it asks for packed batches alone, of many
-// tiles (claims_pay()); the paged one where it reads a paged cache with no scoring option, no
+// tiles (claims_pay()), and packed_options where such a batch also asks for scoring options or
+// dropout; the paged one where it reads a paged cache with no scoring option, no
 // dropout and no element rows (packed or not); the options' one where it asks for some
 // (packed, softcapping, ALiBi, dropout) and the copies' where it also reads a paged cache or
 // element rows, or where the options' tile is the copies' (then no kernel of options alone is
@@ -109,7 +110,10 @@ bool claims_pay(const FwdParams& p);
 template <class Config, class Fn>
 auto with_traits(const FwdParams& p, Fn&& fn) {
     if (!has_run_time_options(p)) return with_shape<Config, Variant::plain>(p, fn);
-    if (packing_only(p) && claims_pay<Config>(p)) return with_shape<Config, Variant::packed>(p, fn);
+    if (claims_pay<Config>(p)) {
+        if (packing_only(p)) return with_shape<Config, Variant::packed>(p, fn);
+        return with_shape<Config, Variant::packed_options>(p, fn);
+    }
     if constexpr (has_paged_kernel(Config::head_dim, Config::mask == Mask::causal)) {
         if (pages_and_packing_only(p)) return with_shape<Config, Variant::paged>(p, fn);
     }
@@ -126,9 +130,10 @@ auto with_traits(const FwdParams& p, Fn&& fn) {
 // which the hardware hands to multiprocessors as they free up: better balanced where tiles are
 // long and of unequal length. But such a block's start and end wait on memory with nothing to
 // overlap, a cost per tile that packed batches of short sequences pay many times: packed launches
-// of many tiles (kClaimMinWaves a multiprocessor) run the packed kernel, a block per multiprocessor
+// of many tiles (kClaimMinWaves a multiprocessor) run a packed kernel, a block per multiprocessor
 // claiming its next tile, in the same order, from a counter in the workspace (docs/mmaprefill.md);
-// fewer take the options' kernel, whose grid needs no counter zeroed first.
+// fewer take the options' kernel, whose grid needs no counter zeroed first. Paged and element-row
+// launches do not claim: their producers have no registers for it.
 inline constexpr int kPersistentMaxQueryBlocks = 8;
 inline constexpr int kClaimMinWaves = 8;
 inline unsigned launch_blocks(const PrefillTiling& tiling, int multiprocessors, bool claims) {
@@ -143,6 +148,7 @@ PrefillTiling tiling_of(const FwdParams& p, T) {
 
 template <class Config>
 bool claims_pay(const FwdParams& p) {
+    if (p.cu_seqlens_q == nullptr || p.block_table != nullptr || element_rows(p.head_dim)) return false;
     if (p.workspace == nullptr || p.workspace_bytes < kClaimCounterBytes) return false;
     const PrefillTiling t = tiling_of<Config>(p, Traits<Config, false, Variant::packed>{});
     return t.units >= int64_t(kClaimMinWaves) * multiprocessor_count();
@@ -218,7 +224,7 @@ std::string describe(const FwdParams& p) {
                "-stage shared-memory ring" + describe_order(t, T::kClaims) +
                (T::kCopies    ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout) and the producer's copies (paged KV, element rows)"
                 : T::kPages   ? "; the paged kernel (packed batches, no scoring option, no dropout)"
-                : T::kClaims  ? "; the packed kernel (no other option)"
+                : T::kClaims  ? (T::kOptions ? "; the packed kernel with the serving options (softcapping, ALiBi, dropout)" : "; the packed kernel (no other option)")
                 : T::kServing ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout)"
                               : "") +
                (!p.block_table ? ""
@@ -270,13 +276,13 @@ std::string describe(const FwdParams& p) {
 }
 #endif
 
-// The family's workspace: on Hopper, packed launches' counter of claimed tiles (launch_blocks).
-// A plan is made before the pointers are known: Q is packed where its batch stride is its row
-// stride (params.h; or every sequence has one position, where the counter goes unused).
+// The family's workspace: on Hopper, packed launches' counter of claimed tiles (launch_blocks),
+// asked for by every plan: a plan is made from the problem's layout, a launch takes the caller's
+// strides, and a dense call of one query position per sequence has a packed layout's (params.h:
+// Q's batch stride is its row stride).
 template <class Config>
-size_t workspace_size(const FwdParams& p) {
-    const bool packed = p.q_strides.batch == p.q_strides.row;
-    return matrix_core(Config::arch) == MatrixCore::wgmma && packed ? kClaimCounterBytes : 0;
+size_t workspace_size(const FwdParams&) {
+    return matrix_core(Config::arch) == MatrixCore::wgmma ? kClaimCounterBytes : 0;
 }
 
 }  // namespace mmaprefill

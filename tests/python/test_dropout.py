@@ -112,6 +112,7 @@ def _assert_flash_rule(ours, reference, pytorch, what):
     (1, 150, 95, 4, 1, 128, False),    # MQA, more queries than keys
     (2, 77, 113, 4, 2, 256, True),     # d256's backward: both warpgroups regenerate the step's mask
     (2, 130, 70, 4, 2, 64, False),     # d64's backward: the keep bits drawn while its first wgmmas run
+    (3, 1, 333, 8, 2, 128, False),     # one query position: Q's batch stride is its row stride, as a packed Q's
 ])
 def test_dropout_forward_and_gradients_match_the_masked_reference(dtype, batch, seqlen_q, seqlen_kv, heads, heads_kv,
                                                                   head_dim, causal):

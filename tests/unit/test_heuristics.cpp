@@ -79,6 +79,25 @@ TEST(Heuristics, PicksTheExactKernelWhenPresent) {
     }
 }
 
+// A plan asks for the workspace of the problem's layout (shape_params), a launch is checked with
+// the caller's strides (fmha_capi.cpp): the two must agree whatever strides address the problem,
+// among them a one-position query in [b, s, h, d], whose batch stride is its row stride as in a
+// packed batch.
+TEST(Heuristics, AKernelsWorkspaceDoesNotDependOnTheCallersStrides) {
+    for (const KernelEntry& entry : kernel_table()) {
+        const KernelKey& k = entry.key;
+        const int h_kv = k.heads == HeadsKind::mha ? 8 : k.heads == HeadsKind::mqa ? 1 : 2;
+        for (int seqlen_q : {1, 3, 200}) {
+            Problem p = make(8, h_kv, k.head_dim, k.dtype, k.mask == Mask::causal);
+            p.seqlen_q = seqlen_q, p.seqlen_kv = 4000;
+            if (!kernel_supports(k, p)) continue;
+            Problem token_major = p;
+            token_major.layout = Layout::bshd;
+            EXPECT_EQ(entry.workspace(shape_params(p)), entry.workspace(shape_params(token_major))) << entry.name << " s_q=" << seqlen_q;
+        }
+    }
+}
+
 // The tiled family this build prefers for many query rows: the tensor-core one where the arch has it.
 Family tiled_family() {
     const KernelKey mma{DType::fp16, 128, HeadsKind::gqa, Mask::nomask, Family::mmaprefill, some_arch()};

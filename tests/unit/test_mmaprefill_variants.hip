@@ -1,5 +1,5 @@
 // Which of the tensor-core prefill family's kernels a launch takes (kernels/mmaprefill.h,
-// with_traits; tiles.h, Variant): packed batches alone take the packed kernel; paged launches
+// with_traits; tiles.h, Variant): packed batches of many tiles take a packed kernel; paged launches
 // without a scoring option, dropout or element rows take the paged kernel where the head dim
 // has one, every other paged launch the copies'.
 #include <gtest/gtest.h>
@@ -40,8 +40,16 @@ TEST(MmaprefillVariants, EachLaunchTakesTheKernelOfItsOptions) {
     EXPECT_EQ((variant_of<Cfg<64, Mask::nomask>>(p)), Variant::packed);
     p.head_dim = 128, p.heads_q = 16;  // 33 x 16 tiles
     if (multiprocessor_count() > 66) EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);
+    // With a scoring option or dropout beside them, the packed kernel with the options.
     p.heads_q = 128, p.softcap = 30.f;
-    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::packed_options);
+    p.head_dim = 64;
+    EXPECT_EQ((variant_of<Cfg<64, Mask::nomask>>(p)), Variant::packed_options);
+    p.head_dim = 128, p.softcap = 0.f, p.dropout.p = 0.1f;
+    EXPECT_EQ(variant_of<Cfg<256>>(p), Variant::packed_options);
+    p.dropout.p = 0.f, p.head_dim = 123;  // element rows: the producer copies them, it claims nothing
+    EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::copies);
+    p.head_dim = 128, p.softcap = 30.f;
     p.cu_seqlens_q = p.cu_seqlens_kv = nullptr, p.workspace = nullptr;
     p.seqlen_kv = 8192;
     EXPECT_EQ(variant_of<Cfg<128>>(p), Variant::options);

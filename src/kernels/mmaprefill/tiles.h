@@ -23,8 +23,10 @@ struct TileShape {
 // producer warpgroup copies: registers of their own). A launch takes the first that serves it;
 // where options and copies have one tile shape, one kernel is built for both (mmaprefill.h:
 // with_traits). And packed: packed batches alone (no pages, no other option), whose producer
-// claims the tiles (mmaprefill.h: launch_blocks): registers the options' producer does not have.
-enum class Variant { plain, options, paged, copies, packed };
+// claims the tiles (mmaprefill.h: launch_blocks): registers the options' producer does not have;
+// packed_options: the same claims beside the scoring options and dropout (the options' code and
+// tiles, the packed kernel's registers).
+enum class Variant { plain, options, paged, copies, packed, packed_options };
 
 // short_keys: the launch's rows see few keys (the launcher's rule), where a tile's share of
 // keys crossing the causal diagonal is large.
@@ -57,21 +59,22 @@ constexpr bool operator==(const TileShape& a, const TileShape& b) {
 // packed kernel's producer claims tiles in 32 (at 24 it spilled; the options' kernel with it, its
 // consumers at 232, ran option launches 1-8% slower), its consumers keeping the plain kernel's
 // 160 at d64 (112-key tiles: 128 spilled) and the paged kernel's 232 and 64-key tiles at d256
-// (80 spilled) (docs/decisions.md, "The serving options without the producer's copies", "A
+// (80 spilled); packed_options keeps the options' tiles with that producer (d64: 96 keys at 160)
+// (docs/decisions.md, "The serving options without the producer's copies", "A
 // paged kernel without the options", "d64's paged kernel on the plain kernel's key tiles",
-// "Packed batches on claimed tiles").
+// "Packed batches on claimed tiles", "Packed launches with options claim too").
 template <>
 constexpr TileShape tile_shape<MatrixCore::wgmma>(int head_dim, bool causal, DType dtype, bool short_keys, Variant variant) {
     (void)dtype;
     const bool short_causal = causal && short_keys;
     const bool copies = variant == Variant::copies, paged = variant == Variant::paged;
     const bool walks_pages = copies || paged;  // the producer's registers for a paged cache's walks
-    const bool claims = variant == Variant::packed;  // the producer's registers for claiming tiles
+    const bool claims = variant == Variant::packed || variant == Variant::packed_options;  // the producer's registers for claiming tiles
     if (head_dim <= 64) {
         if (short_causal) return {3, 64, 3, walks_pages ? 56 : claims ? 32 : 24, walks_pages ? 152 : 160};
-        if (claims) return {3, 112, 2, 32, 160};
+        if (variant == Variant::packed) return {3, 112, 2, 32, 160};
         if (paged) return {3, 112, 2, 56, 152};  // causal only (has_paged_kernel)
-        if (variant != Variant::plain) return {3, 96, 2, copies ? 56 : 24, copies ? 152 : 160};
+        if (variant != Variant::plain) return {3, 96, 2, copies ? 56 : claims ? 32 : 24, copies ? 152 : 160};
         return {3, causal ? 112 : 128, 2, 24, 160};
     }
     if (head_dim <= 128) return {2, 128, 2, copies ? 56 : paged ? 40 : claims ? 32 : 24, copies ? 224 : paged || claims ? 232 : 240};

@@ -62,10 +62,10 @@ struct WgmmaTraits {
     static constexpr bool kShortKeys = kShortKeys_;
     static constexpr Variant kVariant = kVariant_;
     static constexpr bool kServing = kVariant_ != Variant::plain;
-    static constexpr bool kOptions = kVariant_ == Variant::options || kVariant_ == Variant::copies;
+    static constexpr bool kOptions = kVariant_ == Variant::options || kVariant_ == Variant::copies || kVariant_ == Variant::packed_options;
     static constexpr bool kPages = kVariant_ == Variant::paged || kVariant_ == Variant::copies;
     static constexpr bool kCopies = kVariant_ == Variant::copies;
-    static constexpr bool kClaims = kVariant_ == Variant::packed;  // blocks claim their tiles (produce())
+    static constexpr bool kClaims = kVariant_ == Variant::packed || kVariant_ == Variant::packed_options;  // blocks claim their tiles (produce())
     static constexpr int kHeadDim = Config::head_dim;
     static constexpr int kConsumers = kShape.consumers;
     static constexpr int kBlockRows = kConsumers * wgmma::kRows;
