@@ -224,7 +224,8 @@ std::string describe(const FwdParams& p) {
                "-stage shared-memory ring" + describe_order(t, T::kClaims) +
                (T::kCopies    ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout) and the producer's copies (paged KV, element rows)"
                 : T::kPages   ? "; the paged kernel (packed batches, no scoring option, no dropout)"
-                : T::kClaims  ? (T::kOptions ? "; the packed kernel with the serving options (softcapping, ALiBi, dropout)" : "; the packed kernel (no other option)")
+                : T::kClaims && T::kOptions ? "; the packed kernel with the serving options (softcapping, ALiBi, dropout)"
+                : T::kClaims  ? "; the packed kernel (no other option)"
                 : T::kServing ? "; the kernel with the serving options (packed batches, softcapping, ALiBi, dropout)"
                               : "") +
                (!p.block_table ? ""
