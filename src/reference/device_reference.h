@@ -56,6 +56,7 @@ struct CompareResult {
     int64_t worst_index = -1;  // logical [b, h, s, d] index of max_abs_err (or of a NaN)
     float worst_out = 0, worst_ref = 0;
     double rel_l2 = 0;
+    float ref_max_abs = 0;     // the reference's largest magnitude over the elements compared
 
     int row_elements = 0;      // elements compared per row: head_dim for O, 1 for the log-sum-exps
 

@@ -245,13 +245,13 @@ __global__ void reference_backward_keys(const BwdParams p, const uint8_t* kept, 
 struct Partial {
     int64_t nan_count, bad_count, worst_index;
     double err_sq, ref_sq;
-    float max_abs_err, worst_out, worst_ref;
+    float max_abs_err, worst_out, worst_ref, ref_max_abs;
 };
 
 template <DType kDType>
 __global__ void compare_kernel(const FwdParams p, const float* ref, Tolerance tol, Partial* partials) {
     __shared__ Partial shared[kThreads];
-    Partial mine = {0, 0, -1, 0.0, 0.0, 0.f, 0.f, 0.f};
+    Partial mine = {0, 0, -1, 0.0, 0.0, 0.f, 0.f, 0.f, 0.f};
     const int64_t count = int64_t(p.batch) * p.heads_q * p.seqlen_q * p.head_dim;
     for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
         const int c = int(idx % p.head_dim);
@@ -273,6 +273,7 @@ __global__ void compare_kernel(const FwdParams p, const float* ref, Tolerance to
         if (err > mine.max_abs_err) mine.max_abs_err = err, mine.worst_index = idx, mine.worst_out = out, mine.worst_ref = expected;
         mine.err_sq += double(err) * err;
         mine.ref_sq += double(expected) * expected;
+        mine.ref_max_abs = fmaxf(mine.ref_max_abs, fabsf(expected));
     }
     shared[threadIdx.x] = mine;
     __syncthreads();
@@ -284,6 +285,7 @@ __global__ void compare_kernel(const FwdParams p, const float* ref, Tolerance to
             a.bad_count += b.bad_count;
             a.err_sq += b.err_sq;
             a.ref_sq += b.ref_sq;
+            a.ref_max_abs = fmaxf(a.ref_max_abs, b.ref_max_abs);
             if (b.max_abs_err > a.max_abs_err) a.max_abs_err = b.max_abs_err, a.worst_index = b.worst_index, a.worst_out = b.worst_out, a.worst_ref = b.worst_ref;
         }
         __syncthreads();
@@ -413,6 +415,7 @@ hipError_t compare_with_reference(const FwdParams& params, DType dtype, const fl
         result->bad_count += part.bad_count;
         err_sq += part.err_sq;
         ref_sq += part.ref_sq;
+        result->ref_max_abs = std::max(result->ref_max_abs, part.ref_max_abs);
         if (part.worst_index >= 0 && (result->worst_index < 0 || part.max_abs_err > result->max_abs_err)) {
             result->max_abs_err = part.max_abs_err;
             result->worst_index = part.worst_index;

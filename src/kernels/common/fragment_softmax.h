@@ -62,6 +62,18 @@ struct FragmentSoftmax {
         add_to_sums(s, rescale, row_of);
     }
 
+    // The update for scores that need no running maximum (BoundedScores): s holds each score
+    // less `offset`, the row's maximum stays at it (for the LSE), and nothing is rescaled.
+    template <int N, class RowOf>
+    __device__ void update_bounded(float (&s)[N], float offset, float (&rescale)[kRows], RowOf row_of) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) s[e] = exp2_approx(s[e]);
+        float tile_sum[kRows];
+        reduce_rows<1>(s, row_of, [](float a, float b) { return a + b; }, tile_sum);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) sum[r] += tile_sum[r], max[r] = offset, rescale[r] = 1.f;
+    }
+
     // A tile's probabilities into the running sums, rescaled.
     template <int N, class RowOf>
     __device__ void add_to_sums(const float (&s)[N], const float (&rescale)[kRows], RowOf row_of) {

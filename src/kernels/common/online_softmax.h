@@ -28,6 +28,19 @@ __device__ inline float exp2_approx(float x) {
 #endif
 }
 
+// Scores known to lie in [-bound, bound] (log2 domain; softcapped scores without ALiBi: bound =
+// softcap x log2(e)) need no running maximum: exp2(score - offset(bound)) stays between 2^kBottom
+// and 2^kTop for every score, so probabilities never overflow, stay normal in fp32 and bf16 (a
+// probability times a value above 2^-40 stays normal too), and nothing accumulated needs a
+// rescale. fp16's range (2^-14 to 2^16) holds no useful bound. docs/decisions.md, "Softcapped
+// scores without a running maximum".
+struct BoundedScores {
+    static constexpr float kTop = 64.f;      // 2^64 x keys x |V| stays below fp32's 2^128 for keys x |V| < 2^64
+    static constexpr float kBottom = -86.f;  // 2^-86 x |V| stays normal for |V| >= 2^-40
+    __host__ __device__ static bool fit(float bound) { return 2.f * bound <= kTop - kBottom; }
+    __host__ __device__ static float offset(float bound) { return fmaxf(0.f, bound - kTop); }
+};
+
 // One online-softmax step: raises a row's running maximum to include step_max and returns the
 // factor that rescales what was accumulated under the old one. `reference` is what the step's
 // scores subtract before exp2: the new maximum, or 0 while every key so far is masked (-inf),

@@ -50,6 +50,12 @@
 namespace fmha {
 namespace mmaprefill {
 
+// with_scoring's softcapping flag for bf16 launches whose capped scores need no running maximum
+// (BoundedScores): no maximum per score and no rescale of O per key tile.
+using BoundedCap = std::integral_constant<int, 2>;
+template <class Capped>
+inline constexpr bool kBoundedCap = std::is_same_v<Capped, BoundedCap>;
+
 // kShortKeys: the tile table's shape for launches whose rows see few keys; kVariant (tiles.h):
 // kServing, the kernel takes packed batches; kOptions, the scoring options and dropout; kPages,
 // its producer loads a paged cache's tiles (the paged kernel: always); kCopies, it also copies
@@ -339,6 +345,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
     FragmentScoring<2> scoring;
     const bool capped = T::kOptions && p.softcap != 0.f, biased = T::kOptions && p.alibi_slopes != nullptr;
     if constexpr (T::kOptions) scoring.init(p.scale, p.softcap);
+    [[maybe_unused]] const bool bounded = BoundedScores::fit(p.softcap * kLog2e);  // with_scoring's (kBoundedCaps)
     // Dropout (kOptions). Nothing of it is held through the main loop (there the d128 kernel
     // spills): the generator's state and the rows' numbers are loaded per key tile.
     const bool dropping = T::kOptions && p.dropout.p != 0.f;
@@ -406,8 +413,12 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
                                    : decltype(masked)::value ? slope[h] * fabsf(distance[h] - column)
                                                              : fmaf(-slope[h], column, slope[h] * distance[h]);
                 // The score's fused multiply-add subtracts the bias (written out: ptxas left it a multiply and an add).
-                s[e] = decltype(kCapped)::value ? fmaf(scoring.rule.cap_log2, tanh_of_scaled(s[e] * scoring.rule.dot_scale), -bias)
-                                                : fmaf(s[e], scoring.rule.dot_scale, -bias);
+                if constexpr (kBoundedCap<decltype(kCapped)>)
+                    s[e] = fmaf(scoring.rule.cap_log2, tanh_of_scaled(s[e] * scoring.rule.dot_scale),
+                                -BoundedScores::offset(scoring.rule.cap_log2));
+                else
+                    s[e] = decltype(kCapped)::value ? fmaf(scoring.rule.cap_log2, tanh_of_scaled(s[e] * scoring.rule.dot_scale), -bias)
+                                                    : fmaf(s[e], scoring.rule.dot_scale, -bias);
             }
         }
     };
@@ -430,15 +441,28 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
 #pragma unroll
         for (int e = 0; e < T::kBlockKeys / 2; ++e) s[e] = fmaf(per_column[wgmma::row_half(e)], float(8 * (e / 4) + e % 2), s[e]);
     };
-    // The softmax's scale: the raw dot products', or 1 for scores apply_scoring made.
-    auto softmax_scale = [&](auto kCapped, auto kBiased) {
-        return decltype(kCapped)::value || decltype(kBiased)::value ? 1.f : scale_log2;
+    // The softmax's update: of the raw dot products (scaled), or of the scores apply_scoring made.
+    auto update_softmax = [&](auto kCapped, auto kBiased, float (&rescale)[2]) {
+        if constexpr (kBoundedCap<decltype(kCapped)>)
+            softmax.update_bounded(s, BoundedScores::offset(scoring.rule.cap_log2), rescale, row_of);
+        else
+            softmax.update(s, decltype(kCapped)::value || decltype(kBiased)::value ? 1.f : scale_log2, rescale, row_of);
     };
-    // Calls step(kCapped, kBiased) with the launch's scoring options as compile-time flags.
+    // Calls step(kCapped, kBiased) with the launch's scoring options as compile-time flags
+    // (kCapped: std::true_type, or BoundedCap where the scores need no running maximum).
+    // kBoundedCaps compiles four steps as the others do: a cap past BoundedScores' range takes
+    // the capped and biased one at zero slopes (a fifth step spilled d128's options kernel; at
+    // d256 the bounded step spilled the packed one).
+    constexpr bool kBoundedCaps = kDType == DType::bf16 && T::kHeadDim <= 128;
     auto with_scoring = [&](auto&& step) {
         if constexpr (T::kOptions) {
-            if (capped && biased) return step(std::true_type{}, std::true_type{});
-            if (capped) return step(std::true_type{}, std::false_type{});
+            if constexpr (kBoundedCaps) {  // one call of each step: each call inlines a copy
+                if (capped && (biased || !bounded)) return step(std::true_type{}, std::true_type{});
+                if (capped) return step(BoundedCap{}, std::false_type{});
+            } else {
+                if (capped && biased) return step(std::true_type{}, std::true_type{});
+                if (capped) return step(std::true_type{}, std::false_type{});
+            }
             if (biased) return step(std::false_type{}, std::true_type{});
         }
         return step(std::false_type{}, std::false_type{});
@@ -596,7 +620,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
                 with_scoring([&](auto kCapped, auto kBiased) {
                     apply_scoring(keys.begin, kCapped, kBiased, std::true_type{});
                     if (keys.needs_mask(keys.begin, T::kBlockKeys)) apply_mask(keys.begin);
-                    softmax.update(s, softmax_scale(kCapped, kBiased), rescale, row_of);
+                    update_softmax(kCapped, kBiased, rescale);
                 });
                 pack_probabilities();
                 if (dropping) drop_probabilities(keys.begin);
@@ -609,7 +633,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
                     hopper::barrier_wait(pipe.k_full(stage), P::parity(slot + i));
                     take_turn();
                     qk_gemm(stage);
-                    rescale_output(rescale);
+                    if constexpr (!kBoundedCap<decltype(kCapped)>) rescale_output(rescale);
                     hopper::barrier_wait(pipe.v_full(previous), P::parity(slot + i - 1));
                     pv_gemm(previous);
                     pass_turn();
@@ -625,7 +649,7 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
                     } else {
                         apply_scoring(i, kCapped, kBiased, masked);
                         if constexpr (decltype(masked)::value) apply_mask(i);
-                        softmax.update(s, softmax_scale(kCapped, kBiased), rescale, row_of);
+                        update_softmax(kCapped, kBiased, rescale);
                     }
                     hopper::wgmma_wait<0>();  // P.V of tile i-1 is done: its registers are free
                     hopper::pin_registers(o);
