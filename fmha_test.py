@@ -726,7 +726,8 @@ BACKWARD_RUNS = {  # fmha.exe -bwd: odd lengths, GQA, both dtypes, a two-sided w
     "d80_causal_gqa_bf16": ["-d", "80", "-b", "2", "-h", "8", "-gqa", "2", "-s", "555", "-causal-mask", "-bf16"],
     "d40_packed_fp16": ["-d", "40", "-b", "4", "-h", "4", "-s", "400", "-min-s", "1", "-layout", "packed", "-fp16"],
     "d192_window_bf16": ["-d", "192", "-b", "1", "-h", "4", "-s", "700", "-window-left", "150", "-window-right", "20",
-                         "-bf16"],    # nine times the default scale: gradients several times larger, and so their rounding errors
+                         "-bf16"],
+    # nine times the default scale: gradients several times larger, and so their rounding errors
     "large_scale_packed_d80_bf16": ["-d", "80", "-b", "4", "-h", "32", "-s", "1000", "-layout", "packed", "-causal-mask",
                                     "-scale-bmm1", "1.0", "-bf16"],
 }
