@@ -17,8 +17,8 @@ def _tensor(name, t, rank, layout):
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got strides {tuple(t.stride())}: "
                          f"pass {name}.contiguous()")
-    if t.numel() == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
+    if t.shape[-1] == 0 or t.shape[-2] == 0:  # (no tokens at all is a call: fmha._math.no_keys)
+        raise ValueError(f"{name} must have heads and head_dim, got shape {tuple(t.shape)}")
 
 
 def qkv(q, k, v, rank=4, layout=_LAYOUT_4D, same_batch=True):
@@ -93,9 +93,9 @@ def lengths(name, t, batch, device):
         raise ValueError(f"{name} must be on {device} with q, k and v, got {t.device}")
 
 
-def positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+def count(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
 
 
 def softcap(value):

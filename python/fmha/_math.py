@@ -75,6 +75,25 @@ def _probabilities(scores, visible):
     return probabilities, lse
 
 
+class _NoKeys(torch.autograd.Function):
+    """Zeros like q, with zero gradients for q, k and v."""
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return torch.zeros_like(q)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return tuple(torch.zeros_like(t) for t in ctx.saved_tensors)
+
+
+def no_keys(q, k, v, lse_shape, return_lse):
+    """(out, LSE or None) of a call without a query or without a key (FlashAttention takes
+    these): every row sees no key, so out is 0 and the LSE -inf; the gradients are 0."""
+    lse = torch.full(lse_shape, float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
+    return _NoKeys.apply(q, k, v), lse
+
+
 def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap=0.0,
               alibi_slopes=None, keep=None):
     """(out [b, s_q, h, d] contiguous, LSE [b, h, s_q] or None), differentiable. Without LSE,

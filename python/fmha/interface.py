@@ -4,7 +4,7 @@ import weakref
 
 import torch
 
-from . import _append, _catalogue, _checks, _dropout, _fastpath, _varlen, backends
+from . import _append, _catalogue, _checks, _dropout, _fastpath, _math, _varlen, backends
 from ._ops import attention
 
 
@@ -34,6 +34,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         dropout_p = _checks.dropout(dropout_p)
         softcap = _checks.softcap(softcap)
         _checks.alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
+        if q.shape[0] == 0 or q.shape[1] == 0 or k.shape[1] == 0:
+            out, lse = _math.no_keys(q, k, v, (q.shape[0], q.shape[2], q.shape[1]), return_lse)
+            return (out, lse) if return_lse else out
         _fastpath.keep(key, q, k, v, None, scale, left, right, dropout_p, softcap=softcap, alibi_slopes=alibi_slopes)
         result = attention(q, k, v, None, None, scale, left, right, dropout_p, return_lse, strict, softcap,
                            alibi_slopes, deterministic)
@@ -142,8 +145,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         _checks.paged_qkv(q, k, v, rank=3, layout=layout)
     else:
         _checks.qkv(q, k, v, rank=3, layout=layout)
-    _checks.positive_int("max_seqlen_q", max_seqlen_q)
-    _checks.positive_int("max_seqlen_k", max_seqlen_k)
+    _checks.count("max_seqlen_q", max_seqlen_q)
+    _checks.count("max_seqlen_k", max_seqlen_k)
     if not isinstance(cu_seqlens_q, torch.Tensor) or cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] < 2:
         raise ValueError("cu_seqlens_q must be a 1-D int32 tensor [batch + 1] of cumulative sequence lengths")
     batch = cu_seqlens_q.shape[0] - 1
@@ -160,6 +163,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     dropout_p = _checks.dropout(dropout_p)
     softcap = _checks.softcap(softcap)
     _checks.alibi_slopes(alibi_slopes, batch, q.shape[1], q.device)
+    if q.shape[0] == 0 or max_seqlen_k == 0 or (not paged and k.shape[0] == 0):
+        out, lse = _math.no_keys(q, k, v, (q.shape[1], q.shape[0]), return_lse)
+        return (out, lse) if return_lse else out
     seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]) if paged else None  # the keys' lengths in pages
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     compiling = torch.compiler.is_compiling()
@@ -323,8 +329,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         keys = capacity
     elif isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         keys = cache_seqlens + appended
-        if not 0 <= cache_seqlens or not 0 < keys <= capacity:
-            raise ValueError(f"cache_seqlens ({cache_seqlens}) + new tokens ({appended}) must be in [1, capacity "
+        if not 0 <= cache_seqlens or not 0 <= keys <= capacity:
+            raise ValueError(f"cache_seqlens ({cache_seqlens}) + new tokens ({appended}) must be in [0, capacity "
                              f"{capacity}]")
     else:
         _checks.lengths("cache_seqlens", cache_seqlens, batch, q.device)
@@ -333,6 +339,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             _check_append(cache_seqlens, appended, capacity)
         else:
             seqlens_kv = cache_seqlens.contiguous()
+    if q.shape[0] == 0 or q.shape[1] == 0 or keys == 0:
+        if appended and k.shape[0]:
+            raise ValueError("q must hold a query per sequence where k and v are appended")
+        out, lse = _math.no_keys(q, k_cache, v_cache, (batch, q.shape[2], q.shape[1]), return_softmax_lse)
+        return (out, lse) if return_softmax_lse else out
     if cache_leftpad is not None:  # checked before anything is written
         ends = cache_seqlens + appended if isinstance(cache_seqlens, torch.Tensor) else keys
         padded_lengths = _left_padded_lengths(cache_leftpad, ends)

@@ -170,8 +170,38 @@ def test_torch_bad_cu_seqlens_raise():
         assert message in str(raised.value)
     with pytest.raises(ValueError, match="cu_seqlens_k must be 1-D with 3 entries"):
         api.flash_attn_varlen_func(q, q, q, good, torch.tensor([0, 10], dtype=torch.int32), 8, 8)
-    with pytest.raises(ValueError, match="max_seqlen_q must be a positive int"):
+    with pytest.raises(ValueError, match="max_seqlen_q must be an int >= 0"):
+        api.flash_attn_varlen_func(q, q, q, good, good, -1, 8)
+    with pytest.raises(ValueError, match="steps of at most 0"):
         api.flash_attn_varlen_func(q, q, q, good, good, 0, 8)
+
+
+@needs_torch
+def test_torch_calls_without_queries_or_keys_give_zeros():
+    """FlashAttention takes calls with no query or no key at all: out 0 and, as for every row
+    that sees no key, LSE -inf; the gradients are 0."""
+    api = _api()
+    q = torch.randn(2, 5, 4, 64, requires_grad=True)
+    no_keys = torch.randn(2, 0, 2, 64, requires_grad=True)
+    out, lse = api.flash_attn_func(q, no_keys, no_keys, causal=True, return_lse=True)
+    assert out.shape == q.shape and not out.any()
+    assert lse.shape == (2, 4, 5) and (lse == -math.inf).all()
+    out.sum().backward()
+    assert q.grad.shape == q.shape and not q.grad.any() and no_keys.grad.shape == no_keys.shape
+    keys = torch.randn(2, 7, 2, 64)
+    assert api.flash_attn_func(torch.randn(2, 0, 4, 64), keys, keys).shape == (2, 0, 4, 64)
+    none = torch.zeros(3, dtype=torch.int32)
+    tokens = torch.randn(0, 4, 64)
+    out, lse = api.flash_attn_varlen_func(tokens, tokens, tokens, none, none, 0, 0, return_lse=True)
+    assert out.shape == (0, 4, 64) and lse.shape == (4, 0)
+    q = torch.randn(7, 4, 64)
+    out, lse = api.flash_attn_varlen_func(q, tokens, tokens, torch.tensor([0, 3, 7], dtype=torch.int32), none, 4, 0,
+                                          return_lse=True)
+    assert out.shape == q.shape and not out.any() and (lse == -math.inf).all()
+    cache = torch.randn(2, 16, 4, 64)
+    out, lse = api.flash_attn_with_kvcache(torch.randn(2, 1, 4, 64), cache, cache, cache_seqlens=0,
+                                           return_softmax_lse=True)
+    assert out.shape == (2, 1, 4, 64) and not out.any() and (lse == -math.inf).all()
 
 
 @needs_torch
@@ -209,7 +239,7 @@ def test_torch_kvcache_rejects_what_it_does_not_support():
                                     block_table=torch.zeros(2, 1, dtype=torch.int32))
     with pytest.raises(ValueError, match="k and v must be given together"):
         api.flash_attn_with_kvcache(q, cache, cache, k=torch.zeros(2, 1, 4, 64), cache_seqlens=3)
-    with pytest.raises(ValueError, match=r"cache_seqlens \(16\) \+ new tokens \(1\) must be in \[1, capacity 16\]"):
+    with pytest.raises(ValueError, match=r"cache_seqlens \(16\) \+ new tokens \(1\) must be in \[0, capacity 16\]"):
         api.flash_attn_with_kvcache(q, cache, cache, k=q, v=q, cache_seqlens=16)
     with pytest.raises(TypeError, match="cache_seqlens must be int32"):
         api.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=torch.tensor([1, 2]))
@@ -860,6 +890,30 @@ def test_torch_backward_kernel_matches_fp64(dtype, batch, seqlen_q, seqlen_kv, h
 
 
 @needs_cuda
+@needs_cuda
+@pytest.mark.parametrize("head_dim", [64, 128, 80])
+def test_torch_bf16_softcap_rows_that_see_one_key_return_its_value(head_dim):
+    """bf16 softcapped launches keep no running maximum (docs/decisions.md, "Softcapped scores
+    without a running maximum"), so no probability is exactly 1: a row that sees a single key must
+    still return that key's value exactly, as FlashAttention's does (its tests' rule allows no
+    error where PyTorch's bf16 reference has none)."""
+    api = _api()
+    q, k, v = _random(2, 300, 8, head_dim, dtype=torch.bfloat16), *(_random(2, 300, 2, head_dim, dtype=torch.bfloat16)
+                                                                     for _ in range(2))
+    group = lambda t: t.repeat_interleave(4, dim=-2)  # KV heads to query heads
+    out = api.flash_attn_func(q, k, v, causal=True, softcap=30.0, strict=True)
+    assert torch.equal(out[:, 0], group(v[:, 0])), "the first causal row sees key 0 only"
+    out = api.flash_attn_func(q, k, v, window_size=(0, 0), softcap=30.0, strict=True)
+    assert torch.equal(out, group(v)), "a window of (0, 0): every row sees its own key only"
+    lengths = [1, 57, 1, 300, 1]
+    starts = [sum(lengths[:b]) for b in range(len(lengths) + 1)]
+    cu = torch.tensor(starts, dtype=torch.int32, device="cuda")
+    q, k, v = (t.flatten(0, 1)[:starts[-1]].contiguous() for t in (q, k, v))
+    out = api.flash_attn_varlen_func(q, k, v, cu, cu, 300, 300, softcap=30.0, strict=True)
+    for b in (0, 2, 4):
+        assert torch.equal(out[starts[b]], group(v[starts[b]])), f"sequence {b} holds one key"
+
+
 @pytest.mark.parametrize("options", ["softcap", "alibi", "both"])
 @pytest.mark.parametrize("dtype, batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal, window", [
     ("bf16", 2, 77, 150, 8, 2, 64, True, (-1, -1)),      # GQA, bottom-right causal
@@ -1162,7 +1216,7 @@ def test_torch_kvcache_overflow_raises_and_writes_nothing(paged):
         with pytest.raises(ValueError, match=r"cache_seqlens \+ new tokens \(2\) must be in \[0, capacity 32\]"):
             api.flash_attn_with_kvcache(q, cache, cache.clone(), new, new, cache_seqlens=lengths, block_table=table)
         assert torch.equal(cache, before), "an overflowing append wrote into the cache"
-    with pytest.raises(ValueError, match=r"cache_seqlens \(31\) \+ new tokens \(2\) must be in \[1, capacity 32\]"):
+    with pytest.raises(ValueError, match=r"cache_seqlens \(31\) \+ new tokens \(2\) must be in \[0, capacity 32\]"):
         api.flash_attn_with_kvcache(q, cache, cache.clone(), new, new, cache_seqlens=31, block_table=table)
 
 

@@ -703,6 +703,21 @@ __global__ void __launch_bounds__(WgmmaTraits<Config, kShortKeys, kVariant>::kTh
                 }
             }
         }
+        // The bounded step sums the probabilities that P.V takes rounded to bf16, and none is
+        // exactly 1 (as a row maximum's is): a row that sees a single key divides by its rounded
+        // probability instead, so that it returns that key's value exactly, as FlashAttention does.
+        if constexpr (kBoundedCaps) {
+            if (capped && bounded && !biased) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int position = position_of(row0 + wgmma::accumulator_position(thread, 2 * h).row);
+                    int lo, hi;
+                    work.mask.key_range(position, position, lo, hi);
+                    const float cut = DTypeTraits<DType::bf16>::unpack1(DTypeTraits<DType::bf16>::pack(total[h]));
+                    if (hi - lo == 1 && cut > 0.f) inverse[h] = __fdividef(dropping ? 1.f / (1.f - p.dropout.p) : 1.f, cut);
+                }
+            }
+        }
         // 16 bytes of an output row from `column` on: one vector, or element rows' elements.
         auto store_chunk = [&](uint16_t* row, int column, const uint4& chunk) {
             if (elements) store_chunk_elements(row + column, p.head_dim - column, chunk);
