@@ -98,6 +98,11 @@ struct FwdParams {
 
     // Dropout on the probabilities (the tensor-core prefill family only; others decline it).
     DropoutParams dropout;
+
+    // The launch will pass ALiBi slopes or packed sequences: set by shape_params, whose
+    // parameters lack those pointers, so that a plan made from them chooses the variant (and
+    // the workspace) the launch takes (has_run_time_options).
+    bool pointer_options;
 };
 
 }  // namespace fmha

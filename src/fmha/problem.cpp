@@ -191,6 +191,7 @@ FwdParams shape_params(const Problem& p) {
     params.total_q = int(p.total_q);
     params.total_kv = int(p.total_kv);
     params.max_pages_per_seq = paged_kv_shape(p).max_pages_per_seq;
+    params.pointer_options = p.alibi || p.layout == Layout::packed;
     return params;
 }
 

@@ -36,7 +36,6 @@
 
 #include <hip/hip_runtime.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -263,17 +262,10 @@ std::string describe(const FwdParams& p) {
     });
 }
 
-// Bytes of workspace launch() needs for this problem on the current device (0: none). A plan
-// is made from the problem's shape, where run-time options that come as pointers (packed
-// sequences, ALiBi) are not yet there, and the options' variant may split keys otherwise: the
-// size covers both variants.
+// Bytes of workspace launch() needs for this problem on the current device (0: none).
 template <class Config, int GroupWidth = wave_size(Config::arch)>
 size_t workspace_size(const FwdParams& p) {
-    if (!params_match<Config>(p, Family::decode)) return 0;
-    FwdParams with_options = p;
-    if (with_options.softcap == 0.f) with_options.softcap = 1.f;  // any option takes the options' variant
-    return std::max(workspace_bytes(p, plan<Config, GroupWidth>(p).workspace_splits),
-                    workspace_bytes(with_options, plan<Config, GroupWidth>(with_options).workspace_splits));
+    return params_match<Config>(p, Family::decode) ? workspace_bytes(p, plan<Config, GroupWidth>(p).workspace_splits) : 0;
 }
 
 }  // namespace decode

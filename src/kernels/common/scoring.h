@@ -21,7 +21,8 @@ namespace fmha {
 // table: plans made from them already count it.)
 __host__ __device__ inline bool has_run_time_options(const FwdParams& p) {
     return p.softcap != 0.f || p.alibi_slopes != nullptr || p.block_table != nullptr || p.page_size != 0 ||
-           p.cu_seqlens_q != nullptr || p.cu_seqlens_kv != nullptr || p.dropout.p != 0.f || element_rows(p.head_dim);
+           p.cu_seqlens_q != nullptr || p.cu_seqlens_kv != nullptr || p.dropout.p != 0.f || element_rows(p.head_dim) ||
+           p.pointer_options;
 }
 
 // Whether a paged KV cache is the launch's only run-time option (as above, a page size alone
