@@ -304,8 +304,8 @@ def call_kvcache(rng, device):
         qs.append(q_b), ks.append(k_b), vs.append(v_b)
     per_seq = per_sequence(slopes, batch)
     exact, exact_lse = sequences_reference(qs, ks, vs, scale, left, right, c["softcap"], per_seq, torch.float64)
-    low, low_lse = sequences_reference([t.to(dt) for t in qs], [t.to(dt) for t in ks], [t.to(dt) for t in vs], scale, left, right,
-                                 c["softcap"], per_seq, dt)
+    low, low_lse = sequences_reference([t.to(dt) for t in qs], [t.to(dt) for t in ks], [t.to(dt) for t in vs], scale,
+                                       left, right, c["softcap"], per_seq, dt)
     options = dict(k=k_new, v=v_new, rotary_cos=cos, rotary_sin=sin, cache_seqlens=lens[0] if as_int else
                    torch.tensor(lens, dtype=torch.int32, device=device), cache_batch_idx=rows if batch_idx else None,
                    block_table=table if paged else None, softmax_scale=c["scale"], causal=c["causal"],

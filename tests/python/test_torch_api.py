@@ -890,7 +890,6 @@ def test_torch_backward_kernel_matches_fp64(dtype, batch, seqlen_q, seqlen_kv, h
 
 
 @needs_cuda
-@needs_cuda
 @pytest.mark.parametrize("head_dim", [64, 128, 80])
 def test_torch_bf16_softcap_rows_that_see_one_key_return_its_value(head_dim):
     """bf16 softcapped launches keep no running maximum (docs/decisions.md, "Softcapped scores
@@ -914,6 +913,7 @@ def test_torch_bf16_softcap_rows_that_see_one_key_return_its_value(head_dim):
         assert torch.equal(out[starts[b]], group(v[starts[b]])), f"sequence {b} holds one key"
 
 
+@needs_cuda
 @pytest.mark.parametrize("options", ["softcap", "alibi", "both"])
 @pytest.mark.parametrize("dtype, batch, seqlen_q, seqlen_kv, heads, heads_kv, head_dim, causal, window", [
     ("bf16", 2, 77, 150, 8, 2, 64, True, (-1, -1)),      # GQA, bottom-right causal
