@@ -78,6 +78,20 @@ TEST(Problem, PagedKvCacheShapeAndStrides) {
     EXPECT_EQ(paged_kv_shape(make(3, 8, 2, 1, 100, 64)).pages, 0);
 }
 
+// A plan is made from shape_params, before the launch's ALiBi slopes or cu_seqlens exist: the
+// parameters say that they will come, so that the plan takes the launch's variant and workspace.
+TEST(Problem, ShapeParamsSayWhichOptionsComeAsPointers) {
+    Problem p = make(2, 8, 2, 1, 700, 128);
+    EXPECT_FALSE(shape_params(p).pointer_options);
+    p.alibi = true;
+    EXPECT_TRUE(shape_params(p).pointer_options);
+    EXPECT_EQ(shape_params(p).alibi_slopes, nullptr);  // pointers come from the caller
+    p.alibi = false, p.layout = Layout::packed;
+    EXPECT_TRUE(shape_params(p).pointer_options);
+    p.layout = Layout::bshd, p.softcap = 30.f;  // a value, already in the parameters
+    EXPECT_FALSE(shape_params(p).pointer_options);
+}
+
 TEST(Problem, SoftcapMustBeFiniteAndNonNegative) {
     Problem p = make(1, 8, 8, 1, 4, 64);
     p.softcap = 50.f;
