@@ -1412,8 +1412,9 @@ def test_torch_varlen_softcap_alibi_and_pages(page_size):
 @needs_cuda
 def test_torch_varlen_decode_with_alibi_has_its_workspace():
     """One query a sequence with ALiBi runs the decode family's options variant, whose key splits
-    differ from those of the plain variant the call's plan (made without the slopes' pointer) saw:
-    the workspace covers both (found by tools/random_calls.py: 'needs 2146560 bytes, got 495360')."""
+    differ from the plain variant's: the call's plan, made before the slopes' pointer exists, must
+    size the workspace for the options variant (FwdParams::pointer_options; found by
+    tools/random_calls.py: 'needs 2146560 bytes, got 495360')."""
     api = _api()
     torch.manual_seed(12)
     lengths_q, lengths_k = [1, 1, 1, 0, 1, 1, 0, 1, 0, 1], [1, 2, 1, 34, 1801, 608, 0, 1, 0, 0]
