@@ -88,10 +88,11 @@ class _NoKeys(torch.autograd.Function):
 
 
 def no_keys(q, k, v, lse_shape, return_lse):
-    """(out, LSE or None) of a call without a query or without a key (FlashAttention takes
-    these): every row sees no key, so out is 0 and the LSE -inf; the gradients are 0."""
-    lse = torch.full(lse_shape, float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
-    return _NoKeys.apply(q, k, v), lse
+    """What a public function returns for a call without a query or without a key (FlashAttention
+    takes these): out, and with return_lse (out, LSE). Every row sees no key, so out is 0 and the
+    LSE -inf; the gradients are 0."""
+    out = _NoKeys.apply(q, k, v)
+    return (out, torch.full(lse_shape, float("-inf"), dtype=torch.float32, device=q.device)) if return_lse else out
 
 
 def attention(q, k, v, seqlens_q, seqlens_kv, scale, left, right, dropout_p, return_lse, softcap=0.0,

@@ -35,8 +35,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         softcap = _checks.softcap(softcap)
         _checks.alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
         if q.shape[0] == 0 or q.shape[1] == 0 or k.shape[1] == 0:
-            out, lse = _math.no_keys(q, k, v, (q.shape[0], q.shape[2], q.shape[1]), return_lse)
-            return (out, lse) if return_lse else out
+            return _math.no_keys(q, k, v, (q.shape[0], q.shape[2], q.shape[1]), return_lse)
         _fastpath.keep(key, q, k, v, None, scale, left, right, dropout_p, softcap=softcap, alibi_slopes=alibi_slopes)
         result = attention(q, k, v, None, None, scale, left, right, dropout_p, return_lse, strict, softcap,
                            alibi_slopes, deterministic)
@@ -164,8 +163,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     softcap = _checks.softcap(softcap)
     _checks.alibi_slopes(alibi_slopes, batch, q.shape[1], q.device)
     if q.shape[0] == 0 or max_seqlen_k == 0 or (not paged and k.shape[0] == 0):
-        out, lse = _math.no_keys(q, k, v, (q.shape[1], q.shape[0]), return_lse)
-        return (out, lse) if return_lse else out
+        return _math.no_keys(q, k, v, (q.shape[1], q.shape[0]), return_lse)
     seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]) if paged else None  # the keys' lengths in pages
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     compiling = torch.compiler.is_compiling()
@@ -342,8 +340,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if q.shape[0] == 0 or q.shape[1] == 0 or keys == 0:
         if appended and k.shape[0]:
             raise ValueError("q must hold a query per sequence where k and v are appended")
-        out, lse = _math.no_keys(q, k_cache, v_cache, (batch, q.shape[2], q.shape[1]), return_softmax_lse)
-        return (out, lse) if return_softmax_lse else out
+        return _math.no_keys(q, k_cache, v_cache, (batch, q.shape[2], q.shape[1]), return_softmax_lse)
     if cache_leftpad is not None:  # checked before anything is written
         ends = cache_seqlens + appended if isinstance(cache_seqlens, torch.Tensor) else keys
         padded_lengths = _left_padded_lengths(cache_leftpad, ends)
