@@ -69,6 +69,12 @@ def _readable_slopes(alibi_slopes):
     return alibi_slopes.contiguous()
 
 
+def _kernel_head_dim(head_dim):
+    """The head_dim the kernels run a call at: a multiple of 8 (their rows are 16-byte vectors);
+    run() adds the zero columns, which change no score and no gradient of the others."""
+    return -(-head_dim // 8) * 8
+
+
 def _find(q, k, scale, left, right, dropout_p, packed, deterministic=False, softcap=0.0, alibi=0):
     dtype = _DTYPES.get(q.dtype)
     if dtype is None or not q.is_cuda or q.dim() != (3 if packed else 4):
@@ -80,8 +86,8 @@ def _find(q, k, scale, left, right, dropout_p, packed, deterministic=False, soft
     else:
         (batch, seqlen_q, heads, head_dim), total_q = q.shape, 0
         seqlen_kv, heads_kv = k.shape[1], k.shape[2]
-    return _plan(q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, min(left, 2**31 - 1),
-                 min(right, 2**31 - 1), scale, dropout_p, total_q, deterministic, softcap, alibi)
+    return _plan(q.get_device(), dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, _kernel_head_dim(head_dim),
+                 min(left, 2**31 - 1), min(right, 2**31 - 1), scale, dropout_p, total_q, deterministic, softcap, alibi)
 
 
 def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, left, right, dropout_p=0.0,
@@ -102,6 +108,12 @@ def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, lef
             backends.fall_back(_NO_DETERMINISTIC_LOOP, False, "recomputing the backward in PyTorch")
         return None
     library, plan, problem, kernel = found
+    head_dim = q.shape[-1]
+    if _kernel_head_dim(head_dim) != head_dim:  # zero columns up to a multiple of 8; the gradients cut back
+        widen = lambda t: torch.nn.functional.pad(t, (0, _kernel_head_dim(head_dim) - head_dim))
+        grads = run(widen(grad_out), grad_lse, widen(q), widen(k), widen(v), widen(out), lse, seqlens_q, seqlens_kv,
+                    scale, left, right, dropout_p, dropout_seed_offset, packed, deterministic, softcap, alibi_slopes)
+        return tuple(g[..., :head_dim] for g in grads)
     q, k, v, out, grad_out = (_kernel_ready(t) for t in (q, k, v, out, grad_out))
     lse = lse.contiguous()
     grad_lse = grad_lse.float().contiguous() if grad_lse is not None and grad_lse.numel() > 0 else None
