@@ -6,8 +6,10 @@ KV cache with appended keys, rotary, pages, left padding), each case called thro
 package's API in strict mode. A case is served when the call returns; refused when it raises
 UnsupportedError, counted by its reason (numbers written as N); an error is anything else (a
 case FlashAttention takes that the API rejects). Outputs are not checked here: the tests do that.
+--backward: the tests that check gradients (all but the KV cache's), each served forward call's
+gradients taken too, under FMHA_STRICT=1: served when a backward kernel computed them.
 
-    python3 benchmarks/fa_grid_coverage.py [--cases 400] [--seed 0] [--out report.md]
+    python3 benchmarks/fa_grid_coverage.py [--cases 400] [--seed 0] [--backward] [--out report.md]
 
 --cases is per test; needs a CUDA GPU and a build of the library (PYTHONPATH=python).
 """
@@ -16,6 +18,7 @@ import collections
 import datetime
 import itertools
 import math
+import os
 import random
 import re
 import socket
@@ -31,6 +34,7 @@ PAIRS = [(113, 203), (128, 217), (113, 211), (108, 256), (256, 512), (512, 256),
 CAUSAL_PAIRS = [(1, 239), (3, 799), (127, 512), (127, 513), (113, 203), (128, 217), (113, 211), (108, 256),
                 (256, 512), (1023, 1024)]
 KVCACHE_PAIRS = [(1, 128), (1, 339), (3, 1024), (64, 800), (64, 256), (3, 799), (64, 2048), (16, 20000), (128, 128)]
+GRADIENT_TESTS = ("output", "varlen_output", "qkvpacked", "causal")  # FlashAttention checks their gradients
 HEADS = {"mha": 9, "gqa": 3, "mqa": 1}  # KV heads beside 9 query heads (the cache test: 6, 3, 1 beside 6)
 
 # Each test's axes; a case is one value per axis.
@@ -80,12 +84,13 @@ def sample(test, count, rng):
     return chosen
 
 
-def run_case(test, c, rng):
+def run_case(test, c, rng, grad=False):
+    """The case's output (of tensors that require grad with grad=True)."""
     import torch
     import fmha
     dev = "cuda"
     dtype = getattr(torch, c.get("dtype", "float16"))
-    rand = lambda *shape: torch.randn(*shape, device=dev, dtype=dtype)  # noqa: E731
+    rand = lambda *shape: torch.randn(*shape, device=dev, dtype=dtype).requires_grad_(grad)  # noqa: E731
     heads = 6 if test == "kvcache" else 9
     heads_kv = {"mha": heads, "gqa": 3, "mqa": 1}[c.get("mha", "mha")]
     d = c["d"]
@@ -153,18 +158,24 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=400, help="sampled cases per test")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backward", action="store_true", help="the gradients' coverage (FMHA_STRICT=1)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.backward:
+        os.environ["FMHA_STRICT"] = "1"  # a backward without a kernel raises instead of recomputing
     import torch
     import fmha
     rng = random.Random(args.seed)
-    counts = {test: collections.Counter() for test in GRIDS}
+    tests = GRADIENT_TESTS if args.backward else tuple(GRIDS)
+    counts = {test: collections.Counter() for test in tests}
     reasons = collections.Counter()
     errors = collections.Counter()
-    for test in GRIDS:
+    for test in tests:
         for case in sample(test, args.cases, rng):
             try:
-                run_case(test, case, rng)
+                out = run_case(test, case, rng, grad=args.backward)
+                if args.backward:
+                    out.backward(torch.randn_like(out))
                 counts[test]["served"] += 1
             except fmha.UnsupportedError as e:
                 counts[test]["refused"] += 1
@@ -176,9 +187,10 @@ def main():
             torch.cuda.synchronize()
     total = sum(sum(c.values()) for c in counts.values())
     served = sum(c["served"] for c in counts.values())
-    lines = [f"FlashAttention forward grid coverage, {torch.cuda.get_device_name()} ({socket.gethostname()}), "
+    direction = "backward" if args.backward else "forward"
+    lines = [f"FlashAttention {direction} grid coverage, {torch.cuda.get_device_name()} ({socket.gethostname()}), "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; `python3 benchmarks/fa_grid_coverage.py "
-             f"--cases {args.cases} --seed {args.seed}`", "",
+             f"--cases {args.cases} --seed {args.seed}{' --backward' if args.backward else ''}`", "",
              f"Served by the kernels: {served} of {total} sampled valid cases ({100.0 * served / max(total, 1):.1f}%).", "",
              "| test | cases | served | refused | API errors |", "|---|---|---|---|---|"]
     for test, c in counts.items():

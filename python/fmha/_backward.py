@@ -1,6 +1,7 @@
 """The backward kernels (fmha_plan_backward / fmha_backward of the C ABI) on PyTorch's tensors:
 dq, dk, dv of a forward call from q, k, v, its output and LSE, without the N x N probability
-matrix. run() returns None where no kernel serves the call; fmha._ops then recomputes in PyTorch.
+matrix. run() returns None where no kernel serves the call (a FallbackWarning once per reason, or
+UnsupportedError under FMHA_STRICT=1); fmha._ops then recomputes in PyTorch.
 """
 import ctypes
 
@@ -12,7 +13,7 @@ _NO_DETERMINISTIC_LOOP = ("this build's backward kernels have no deterministic l
                           "--deterministic-backward && make` builds it)")
 
 _DTYPES = {torch.float16: _library.FP16, torch.bfloat16: _library.BF16}
-_plans = {}  # problem key -> (library, Plan, Problem, kernel name) or None (no kernel)
+_plans = {}  # problem key -> ((library, Plan, Problem, kernel name) or None, why no kernel serves it)
 _MAX_PLANS = 4096
 
 
@@ -24,7 +25,7 @@ def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, 
         return _plans[key]
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
-    found = None
+    found, why = None, None
     try:
         library = _library.load()
         masked = int(left >= 0 or right >= 0)  # FlashAttention's window_size; causal is (-1, 0)
@@ -33,10 +34,10 @@ def _plan(device, dtype, batch, heads, heads_kv, seqlen_q, seqlen_kv, head_dim, 
                                    total_q=total_q, deterministic=int(deterministic))
         plan, kernel, _ = library.plan_backward(problem, device)
         found = (library, plan, problem, kernel)
-    except (OSError, _library.LibraryError):
-        pass
-    _plans[key] = found
-    return found
+    except (OSError, _library.LibraryError) as e:
+        why = str(e)
+    _plans[key] = found, why
+    return found, why
 
 
 def _kernel_ready(t):
@@ -58,7 +59,7 @@ def _strides(t):
 def kernel_name(q, k, scale, left, right, dropout_p=0.0, packed=None, deterministic=False, softcap=0.0, alibi_slopes=None):
     """The backward kernel that would serve these tensors and options, or None."""
     alibi = _catalogue._alibi_mode(_readable_slopes(alibi_slopes))
-    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic, softcap, alibi)
+    found, _ = _find(q, k, scale, left, right, dropout_p, packed, deterministic, softcap, alibi)
     return found[3] if found else None
 
 
@@ -78,7 +79,7 @@ def _kernel_head_dim(head_dim):
 def _find(q, k, scale, left, right, dropout_p, packed, deterministic=False, softcap=0.0, alibi=0):
     dtype = _DTYPES.get(q.dtype)
     if dtype is None or not q.is_cuda or q.dim() != (3 if packed else 4):
-        return None
+        return None, f"{q.dtype} on {q.device}, {q.dim()} dimensions"
     if packed:  # q [total_q, heads, d], k [total_k, heads_kv, d]
         (total_q, heads, head_dim), heads_kv = q.shape, k.shape[1]
         cu_seqlens_q, _, seqlen_q, seqlen_kv = packed
@@ -102,10 +103,11 @@ def run(grad_out, grad_lse, q, k, v, out, lse, seqlens_q, seqlens_kv, scale, lef
         return None
     alibi_slopes = _readable_slopes(alibi_slopes)
     alibi = _catalogue._alibi_mode(alibi_slopes)
-    found = _find(q, k, scale, left, right, dropout_p, packed, deterministic, softcap, alibi)
+    found, why = _find(q, k, scale, left, right, dropout_p, packed, deterministic, softcap, alibi)
     if found is None:
-        if deterministic and _find(q, k, scale, left, right, dropout_p, packed, False, softcap, alibi) is not None:
-            backends.fall_back(_NO_DETERMINISTIC_LOOP, False, "recomputing the backward in PyTorch")
+        if deterministic and _find(q, k, scale, left, right, dropout_p, packed, False, softcap, alibi)[0] is not None:
+            why = _NO_DETERMINISTIC_LOOP
+        backends.fall_back(why, None, "recomputing the backward in PyTorch")
         return None
     library, plan, problem, kernel = found
     head_dim = q.shape[-1]

@@ -587,6 +587,33 @@ def test_torch_fallback_warns_once_and_strict_mode_raises(monkeypatch):
 
 
 @needs_cuda
+def test_torch_backward_without_a_kernel_warns_once_and_strict_mode_raises(monkeypatch):
+    """Where no backward kernel serves a call, PyTorch's recompute gives the gradients: said once per
+    reason by a FallbackWarning, as the forward's fallbacks are; FMHA_STRICT=1 raises instead."""
+    api = _api()
+    from fmha import _backward, _library
+
+    def refuse(self, problem, device):
+        raise _library.LibraryError(_library.NO_KERNEL, "no backward kernel (the test refuses them)")
+
+    monkeypatch.setattr(_library.Library, "plan_backward", refuse)
+    monkeypatch.setattr(_backward, "_plans", {})
+    _backends._warned.clear()
+    q, k, v = (_random(2, 70, 4, 64).requires_grad_() for _ in range(3))
+    grad = torch.randn_like(q)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            dq, dk, dv = torch.autograd.grad(api.flash_attn_func(q, k, v, causal=True), (q, k, v), grad)
+    fallbacks = [str(w.message) for w in caught if issubclass(w.category, api.FallbackWarning)]
+    assert fallbacks == ["fmha: recomputing the backward in PyTorch: no backward kernel (the test refuses them)"]
+    assert all(torch.isfinite(g).all() for g in (dq, dk, dv))
+    monkeypatch.setenv("FMHA_STRICT", "1")
+    with pytest.raises(api.UnsupportedError, match="the test refuses them"):
+        torch.autograd.grad(api.flash_attn_func(q, k, v, causal=True), (q, k, v), grad)
+
+
+@needs_cuda
 @pytest.mark.parametrize("case, reason", [
     ("float32", "dtype torch.float32"),
     ("misaligned", "not multiples of 16 bytes"),
