@@ -10,7 +10,7 @@ import collections
 import fnmatch
 import itertools
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from .archs import ARCHS
 
@@ -31,6 +31,8 @@ class Family:
     max_head_dim: int         # register/shared-memory budget (src/kernels/<family>.h traits)
     description: str
     matrix_cores: tuple = ()  # matrix instruction sets (archs.MATRIX_CORES) it runs on; () = any arch
+    # (matrix core, largest head_dim) where its loop there takes less than max_head_dim, and why.
+    core_head_dim_limits: tuple = ()
     # Its kernels also serve smaller head_dims (multiples of 8): columns past the problem's are
     # zeros in the loads and left out of the stores, so a d128 kernel runs d80.
     serves_smaller_head_dims: bool = False
@@ -73,6 +75,9 @@ class Family:
         if config.arch in ARCHS and not self.runs_on(config.arch):
             reasons.append(("arch", config.arch, f"needs matrix core {' or '.join(self.matrix_cores)}; "
                                                  f"no main loop for {ARCHS[config.arch].matrix_core} yet"))
+        for core, limit, why in self.core_head_dim_limits:
+            if config.arch in ARCHS and ARCHS[config.arch].matrix_core == core and config.head_dim > limit:
+                reasons.append(("head_dim", config.head_dim, f"at most {limit} on {core} ({why})"))
         return reasons
 
 
@@ -91,13 +96,14 @@ FAMILIES = {
                # its tile scheduler maps query heads to KV heads at run time: mha and mqa
                # instances would be the same machine code, compiled twice more
                heads_kinds=("gqa",)),
-        # The backward: FlashAttention-2's order on wgmma (Hopper; mma.sync elsewhere). Its place
-        # for CDNA is the same loop on MFMA (docs/design.md); until then AMD runs simtbwd.
+        # The backward: FlashAttention-2's order on wgmma (Hopper; mma.sync elsewhere; MFMA on
+        # CDNA up to d128, where simtbwd serves d256).
         Family("mmabwd", 64, 256,
-               "backward on the matrix cores (Hopper: wgmma fed by TMA): a block owns a key tile, walks "
+               "backward on the matrix cores (Hopper: wgmma fed by TMA; CDNA: MFMA): a block owns a key tile, walks "
                "the query tiles that see it, keeps dK and dV in registers and adds dQ into an fp32 workspace",
-               matrix_cores=("wgmma", "mma_sync"), direction="bwd", heads_kinds=("gqa",), deterministic_loop=True,
-               serves_smaller_head_dims=True, power_of_two_head_dims=True),
+               matrix_cores=("wgmma", "mma_sync", "mfma"), direction="bwd", heads_kinds=("gqa",), deterministic_loop=True,
+               serves_smaller_head_dims=True, power_of_two_head_dims=True,
+               core_head_dim_limits=(("mfma", 128, "dK and dV of d256 would fill a lane's registers"),)),
         Family("simtbwd", 64, 256,
                "backward on the CUDA cores, any arch: mmabwd's order and workspace with plain arithmetic; "
                "the fallback where no matrix-core loop serves",
@@ -217,7 +223,7 @@ def fallback_skip(config, named_families):
     """Why a fallback family's tuple is left out of a selection that does not name the family
     (the family it backs runs on the arch), or None."""
     backed = FAMILIES[config.family].fallback_for
-    if backed and config.family not in named_families and FAMILIES[backed].runs_on(config.arch):
+    if backed and config.family not in named_families and not FAMILIES[backed].declines(replace(config, family=backed)):
         return ("arch", config.arch, f"{backed} serves it; a selection naming {config.family} builds it")
     return None
 

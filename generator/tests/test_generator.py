@@ -34,15 +34,19 @@ def forward_kernels(head_dims=3, archs=tuple(ARCHS)):
 
 def default_backward_kernels():
     """fp16/bf16 x d64/d128/d256 x gqa (every group size) x both masks on every arch: mmabwd's
-    where it has a main loop, simtbwd's (its fallback) elsewhere."""
+    where it has a main loop for the head_dim, simtbwd's (its fallback) elsewhere."""
     return 2 * 3 * 1 * 2 * len(ARCHS)
 
 
 def test_default_catalogue_is_the_product_of_what_each_family_runs_on():
     configs = default_configs()
     assert len(configs) == forward_kernels() + default_backward_kernels()
-    assert {c.arch for c in configs if c.family == "mmabwd"} == {"sm90"}  # no MFMA backward yet: simtbwd elsewhere
-    assert {c.arch for c in configs if c.family == "simtbwd"} == {"gfx908", "gfx90a", "gfx942", "gfx1100"}
+    mfma = {"gfx908", "gfx90a", "gfx942"}
+    assert {c.arch for c in configs if c.family == "mmabwd"} == {"sm90"} | mfma
+    assert {c.head_dim for c in configs if c.family == "mmabwd" and c.arch in mfma} == {64, 128}
+    # simtbwd where mmabwd has no loop: gfx1100 (no MFMA), and d256 on the MFMA archs
+    assert {(c.arch, c.head_dim) for c in configs if c.family == "simtbwd"} == \
+        {("gfx1100", d) for d in (64, 128, 256)} | {(arch, 256) for arch in mfma}
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.arch for c in configs} == {"gfx908", "gfx90a", "gfx942", "gfx1100", "sm90"}
 

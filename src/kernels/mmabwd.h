@@ -2,9 +2,8 @@
 // preprocess (D, zeroed dQ accumulator), the main loop over key blocks, convert (dQ). One main
 // loop per matrix instruction set, sharing its steps (mmabwd/block_steps.h) and workspace
 // (mmabwd/workspace.h): wgmma on Hopper (mmabwd/wgmma_kernel.h), mma.sync on the archs before
-// it (mmabwd/mma_sync_kernel.h, tiles in mmabwd/tiles.h). CDNA's place is the same loop on MFMA
-// (mma/mfma.h: its accumulators are already the next product's B operand, as mma.sync's C
-// tiles are A operands here); the generator skips AMD archs until then, where simtbwd serves.
+// it (mmabwd/mma_sync_kernel.h, tiles in mmabwd/tiles.h), MFMA on CDNA at head dims 64 and 128
+// (mmabwd/mfma_kernel.h; simtbwd serves d256 there).
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -12,6 +11,7 @@
 #include "fmha/bwd_params.h"
 #include "kernels/config.h"
 #include "kernels/mmabwd/around_loop.h"
+#include "kernels/mmabwd/mfma_kernel.h"
 #include "kernels/mmabwd/mma_sync_kernel.h"
 #include "kernels/mmabwd/tiles.h"
 #include "kernels/mmabwd/workspace.h"
@@ -32,29 +32,44 @@ size_t workspace_size(const BwdParams& p) {
 // template argument so that each kernel has its own static: the shared-memory attribute, set once.
 template <auto kKernel, int kKeys, int kThreads, int kSharedBytes, class... Arguments>
 hipError_t launch_loop(hipStream_t stream, const BwdParams& p, const Arguments&... arguments) {
+#if defined(__HIP_PLATFORM_NVIDIA__)  // (CDNA's 64 KiB of LDS need no opt-in)
     static const hipError_t attribute = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
     if (attribute != hipSuccess) return attribute;
+#endif
     kKernel<<<unsigned(KeyTile::count(p, kKeys)), kThreads, kSharedBytes, stream>>>(p, arguments...);
     return hipSuccess;
 }
 
+#if defined(__HIP_PLATFORM_NVIDIA__)
+// Hopper's loop reads Q, dO and dQ's accumulator through TMA maps, made per launch.
+template <class Config, bool kDeterministic, bool kOptions>
+hipError_t wgmma_loop(const BwdParams& p, hipStream_t stream) {
+    using T = WgmmaTiles<Config>;
+    constexpr bool kBf16 = Config::dtype == DType::bf16;
+    StepMaps maps{};  // (the problem's head_dim: TMA reads the kernel's columns past it as zeros)
+    const bool packed = p.cu_seqlens_q;
+    if (!hopper::encode_sequences_map(&maps.q, kBf16, p.q, p.q_strides, packed, p.total_q, p.batch, p.heads_q, p.seqlen_q,
+                                      p.head_dim, T::kQueries, 1) ||
+        !hopper::encode_sequences_map(&maps.d_o, kBf16, p.d_o, p.d_o_strides, packed, p.total_q, p.batch, p.heads_q,
+                                      p.seqlen_q, p.head_dim, T::kQueries, 1) ||
+        !hopper::encode_fp32_rows_map(&maps.dq_accum, Workspace::of(p).dq_accum, Workspace::rows(p), Config::head_dim,
+                                      T::kQueries))
+        return hipErrorInvalidValue;
+    return launch_loop<&wgmma_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
+}
+#endif
+
 // The main loop on the arch's matrix instructions: deterministic or not, with the scoring
-// options or without (each its own instance: mma_sync_kernel.h, wgmma_kernel.h).
+// options or without (each its own instance: wgmma_kernel.h, mfma_kernel.h, mma_sync_kernel.h).
 template <class Config, bool kDeterministic, bool kOptions>
 hipError_t main_loop(const BwdParams& p, hipStream_t stream) {
-    if constexpr (matrix_core(Config::arch) == MatrixCore::wgmma) {
-        using T = WgmmaTiles<Config>;
-        constexpr bool kBf16 = Config::dtype == DType::bf16;
-        StepMaps maps{};  // (the problem's head_dim: TMA reads the kernel's columns past it as zeros)
-        const bool packed = p.cu_seqlens_q;
-        if (!hopper::encode_sequences_map(&maps.q, kBf16, p.q, p.q_strides, packed, p.total_q, p.batch, p.heads_q, p.seqlen_q,
-                                          p.head_dim, T::kQueries, 1) ||
-            !hopper::encode_sequences_map(&maps.d_o, kBf16, p.d_o, p.d_o_strides, packed, p.total_q, p.batch, p.heads_q,
-                                          p.seqlen_q, p.head_dim, T::kQueries, 1) ||
-            !hopper::encode_fp32_rows_map(&maps.dq_accum, Workspace::of(p).dq_accum, Workspace::rows(p), Config::head_dim,
-                                          T::kQueries))
-            return hipErrorInvalidValue;
-        return launch_loop<&wgmma_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
+    if constexpr (matrix_core(Config::arch) == MatrixCore::mfma) {
+        using T = MfmaTiles<Config>;
+        return launch_loop<&mfma_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p);
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    } else if constexpr (matrix_core(Config::arch) == MatrixCore::wgmma) {
+        return wgmma_loop<Config, kDeterministic, kOptions>(p, stream);
+#endif
     } else {
         static_assert(has_mma_sync(Config::arch), "mmabwd's main loop for this arch");
         using T = Tiles<Config>;

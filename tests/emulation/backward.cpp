@@ -112,6 +112,7 @@ inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst
 
 inline thread_local dim3 blockDim;
 
+#include "kernels/mmabwd/mfma_kernel.h"
 #include "kernels/mmabwd/mma_sync_kernel.h"
 #include "kernels/simtbwd/simt_kernel.h"
 
@@ -150,9 +151,11 @@ void run_grid(int blocks_x, int blocks_y, int blocks_z, int threads, Kernel kern
             }
 }
 
-// kSimt: simtbwd's main loop instead of mma.sync's (no deterministic loop).
+// mmabwd's main loop on the Config's arch (mma.sync on NVIDIA, MFMA on AMD); kSimt: simtbwd's
+// instead (no deterministic loop).
 template <class Config, bool kSimt = false>
 bool run(const Case& c, unsigned seed) {
+    constexpr bool kMfma = !kSimt && matrix_core(Config::arch) == MatrixCore::mfma;
     constexpr DType kD = Config::dtype;
     constexpr bool kCausal = Config::mask == Mask::causal;
     using Numeric = DTypeTraits<kD>;
@@ -265,7 +268,7 @@ bool run(const Case& c, unsigned seed) {
     std::vector<float> workspace(mmabwd::Workspace::bytes(p, Config::head_dim) / 4, 12345.f);  // garbage: the launch initialises it
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * 4;
 
-    using T = mmabwd::Tiles<Config>;
+    using T = std::conditional_t<kMfma, mmabwd::MfmaTiles<Config>, mmabwd::Tiles<Config>>;
     using S = simtbwd::SimtTiles<Config>;
     static_assert((kSimt || T::kSharedBytes <= int(sizeof(mmabwd::shared))) && S::kSharedBytes <= int(sizeof(simtbwd::shared)));
     const int row_blocks = int((mmabwd::Workspace::rows(p) * (Config::head_dim / 8) + 255) / 256);
@@ -286,6 +289,9 @@ bool run(const Case& c, unsigned seed) {
             static_assert(!deterministic);
             run_grid(int(mmabwd::KeyTile::count(p, S::kKeys)), 1, 1, S::kThreads,
                      [&] { simtbwd::simt_kernel<Config, options>(p); });
+        } else if constexpr (kMfma) {
+            run_grid(int(mmabwd::KeyTile::count(p, T::kKeys)), 1, 1, T::kThreads,
+                     [&] { mmabwd::mfma_kernel<Config, deterministic, options>(p); });
         } else {
             run_grid(int(mmabwd::KeyTile::count(p, T::kKeys)), 1, 1, T::kThreads,
                      [&] { mmabwd::mma_sync_kernel<Config, deterministic, options>(p); });
@@ -327,7 +333,7 @@ bool run(const Case& c, unsigned seed) {
     const double tolerance = kD == DType::fp16 ? 4e-3 : 3e-2;
     const bool ok = eq < tolerance && ek < tolerance && ev < tolerance;
     std::printf("%s %s %s d%d%s b%d h%d/%d s_q %d s_kv %d window %d%s%s%s%s: dq %.2e dk %.2e dv %.2e (of the peak)\n",
-                ok ? "ok  " : "FAIL", kSimt ? "simt    " : "mma.sync", kD == DType::fp16 ? "fp16" : "bf16", d,
+                ok ? "ok  " : "FAIL", kSimt ? "simt    " : kMfma ? "mfma    " : "mma.sync", kD == DType::fp16 ? "fp16" : "bf16", d,
                 c.head_dim ? (" on d" + std::to_string(Config::head_dim)).c_str() : "", c.batch, c.hq, c.hkv, c.sq, c.skv,
                 kCausal ? window : 0, c.packed ? " packed" : c.varlen ? " varlen" : "", c.d_lse ? " dLSE" : "",
                 c.deterministic ? " deterministic" : "", c.alibi ? " ALiBi" : "", eq, ek, ev);
@@ -336,8 +342,10 @@ bool run(const Case& c, unsigned seed) {
     return ok;
 }
 
+template <DType kD, int kD_, Mask kMask, Arch kArch = Arch::sm90>
+using Cfg = KernelConfig<kD, kD_, HeadsKind::gqa, kMask, kArch>;
 template <DType kD, int kD_, Mask kMask>
-using Cfg = KernelConfig<kD, kD_, HeadsKind::gqa, kMask, Arch::sm90>;
+using Gfx90a = Cfg<kD, kD_, kMask, Arch::gfx90a>;
 
 int main() {
     bool ok = true;
@@ -365,6 +373,22 @@ int main() {
     ok &= run<Cfg<DType::fp16, 128, Mask::causal>>({2, 4, 2, 45, 77, 0, false, true, 0.f, false, false, 0.f, false, 80}, 17);
     ok &= run<Cfg<DType::bf16, 64, Mask::nomask>>({3, 2, 1, 40, 70, 0, false, false, 0.2f, true, false, 0.f, false, 40}, 18);
     ok &= run<Cfg<DType::fp16, 128, Mask::causal>>({1, 4, 2, 150, 300, 100, false, false, 0.f, false, true, 0.f, false, 72}, 19);
+    // The MFMA loop (an AMD arch's Config) on the same paths; gfx908's bf16 takes two half-steps.
+    ok &= run<Gfx90a<DType::fp16, 64, Mask::causal>>({2, 4, 2, 33, 70, 0, false, false}, 1);
+    ok &= run<Gfx90a<DType::bf16, 64, Mask::causal>>({1, 2, 1, 100, 37, 0, false, true}, 2);
+    ok &= run<Gfx90a<DType::fp16, 64, Mask::nomask>>({2, 3, 3, 65, 129, 0, true, false}, 3);
+    ok &= run<Gfx90a<DType::bf16, 128, Mask::causal>>({1, 3, 1, 45, 150, 20, false, false}, 4);
+    ok &= run<Gfx90a<DType::fp16, 128, Mask::nomask>>({1, 2, 2, 70, 31, 0, false, true}, 5);
+    ok &= run<Gfx90a<DType::fp16, 64, Mask::causal>>({2, 4, 2, 45, 77, 0, false, true, 0.3f}, 6);
+    ok &= run<Gfx90a<DType::fp16, 64, Mask::causal>>({4, 4, 2, 90, 70, 0, false, true, 0.f, true}, 8);
+    ok &= run<Gfx90a<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 40, 130, 0, false, false, 0.2f, true}, 9);
+    ok &= run<Gfx90a<DType::fp16, 64, Mask::causal>>({1, 4, 2, 150, 300, 100, false, false, 0.f, false, true}, 10);
+    ok &= run<Gfx90a<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 70, 200, 0, false, false, 0.f, true, true}, 11);
+    ok &= run<Gfx90a<DType::fp16, 64, Mask::causal>>({2, 4, 2, 45, 77, 0, true, true, 0.f, false, false, 1.5f}, 13);
+    ok &= run<Gfx90a<DType::bf16, 128, Mask::nomask>>({3, 2, 1, 40, 90, 0, false, false, 0.f, true, false, 0.f, true}, 14);
+    ok &= run<Gfx90a<DType::fp16, 64, Mask::nomask>>({1, 4, 2, 70, 150, 0, false, true, 0.3f, false, true, 2.f, true}, 15);
+    ok &= run<Gfx90a<DType::fp16, 128, Mask::causal>>({2, 4, 2, 45, 77, 0, false, true, 0.f, false, false, 0.f, false, 80}, 17);
+    ok &= run<Cfg<DType::bf16, 128, Mask::causal, Arch::gfx908>>({1, 4, 2, 66, 97, 0, true, true}, 21);
     // The SIMT loop on the same paths but the deterministic one, and d256.
     ok &= run<Cfg<DType::fp16, 64, Mask::causal>, true>({2, 4, 2, 33, 70, 0, false, false}, 1);
     ok &= run<Cfg<DType::bf16, 64, Mask::causal>, true>({1, 2, 1, 100, 37, 0, false, true}, 2);

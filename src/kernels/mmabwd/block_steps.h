@@ -135,6 +135,39 @@ __device__ inline void load_row_stats(const BwdParams& p, const BlockStep& st, i
     else if (threadIdx.x < 2 * kQueries) copy_async<4>(d + i, ws.d + row, valid);
 }
 
+// The copies into shared memory of the loops whose tiles T lay rows of T::kRow elements out
+// (tiles.h, mfma_kernel.h): the block's K and V, once, and a step's Q, dO, LSE and D into a stage.
+template <class T>
+struct StepCopies {
+    const BwdParams& p;
+    const BlockSequence& seq;
+    uint8_t* shared;
+
+    // Where row r, column c of the tile at `offset` (of stage `stage`) goes.
+    __device__ auto place(int offset, int stage) const {
+        uint16_t* const rows = reinterpret_cast<uint16_t*>(shared + offset) + stage * T::kQueries * T::kRow;
+        return [rows](int row, int column) { return rows + row * T::kRow + column; };
+    }
+    __device__ void keys(int head_kv, int key0) const {
+        const uint16_t* k = static_cast<const uint16_t*>(p.k) + seq.kv_index * p.k_strides.batch + head_kv * p.k_strides.head;
+        const uint16_t* v = static_cast<const uint16_t*>(p.v) + seq.kv_index * p.v_strides.batch + head_kv * p.v_strides.head;
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, 0), k, p.k_strides.row, key0, seq.len_kv, p.head_dim);
+        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, 0), v, p.v_strides.row, key0, seq.len_kv, p.head_dim);
+    }
+    __device__ void step(const BlockStep& st, int stage) const {
+        const auto rows = [&](const void* tensor, const TensorStrides& s) {
+            return static_cast<const uint16_t*>(tensor) + seq.q_index * s.batch + st.head * s.head;
+        };
+        load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kQOffset, stage), rows(p.q, p.q_strides), p.q_strides.row,
+                                                         st.q0, seq.len_q, p.head_dim);
+        load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kDoOffset, stage), rows(p.d_o, p.d_o_strides),
+                                                         p.d_o_strides.row, st.q0, seq.len_q, p.head_dim);
+        load_row_stats<T::kThreads, T::kQueries>(p, st, seq.len_q,
+                                                 reinterpret_cast<float*>(shared + T::kLseOffset) + stage * T::kQueries,
+                                                 reinterpret_cast<float*>(shared + T::kDOffset) + stage * T::kQueries);
+    }
+};
+
 // Dropout's keep bits of a warp's 16 keys from key_block and 8 query rows from q0, in the
 // transposed accumulator layout (an mma.sync C tile, 8 columns of wgmma's accumulators): bit c
 // for element c, key key_block + g + 8 (c / 2), query q0 + 2t + c % 2. The Philox call of a

@@ -78,30 +78,10 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
     const auto steps_of = BlockSteps<T::kQueries, kDeterministic>::of(p, mask, key0, T::kKeys, head_kv, batch, len_q);
     const int steps = steps_of.steps;
     // Where row r, column c of a tile (of a stage) goes: rows of kRow elements.
-    const auto place = [&](int offset, int stage) {
-        uint16_t* const tile = reinterpret_cast<uint16_t*>(shared + offset) + stage * T::kQueries * T::kRow;
-        return [tile](int row, int column) { return tile + row * T::kRow + column; };
-    };
-    const auto load_stage = [&](int s, int stage) {
-        const auto st = steps_of.at(s, p);
-        load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kQOffset, stage),
-                                                         static_cast<const uint16_t*>(p.q) + seq.q_index * p.q_strides.batch +
-                                                             st.head * p.q_strides.head,
-                                                         p.q_strides.row, st.q0, len_q, p.head_dim);
-        load_rows<T::kThreads, T::kHeadDim, T::kQueries>(place(T::kDoOffset, stage),
-                                                         static_cast<const uint16_t*>(p.d_o) + seq.q_index * p.d_o_strides.batch +
-                                                             st.head * p.d_o_strides.head,
-                                                         p.d_o_strides.row, st.q0, len_q, p.head_dim);
-        load_row_stats<T::kThreads, T::kQueries>(p, st, len_q,
-                                                 reinterpret_cast<float*>(shared + T::kLseOffset) + stage * T::kQueries,
-                                                 reinterpret_cast<float*>(shared + T::kDOffset) + stage * T::kQueries);
-    };
+    const StepCopies<T> copies{p, seq, shared};
     if (steps > 0) {  // (no copies left in flight by a block without steps)
-        const uint16_t* k = static_cast<const uint16_t*>(p.k) + seq.kv_index * p.k_strides.batch + head_kv * p.k_strides.head;
-        const uint16_t* v = static_cast<const uint16_t*>(p.v) + seq.kv_index * p.v_strides.batch + head_kv * p.v_strides.head;
-        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kKOffset, 0), k, p.k_strides.row, key0, len_kv, p.head_dim);
-        load_rows<T::kThreads, T::kHeadDim, T::kKeys>(place(T::kVOffset, 0), v, p.v_strides.row, key0, len_kv, p.head_dim);
-        load_stage(0, 0);
+        copies.keys(head_kv, key0);
+        copies.step(steps_of.at(0, p), 0);
     }
     for (int step = 0; step < steps; ++step) {
         const int stage = step % T::kStages;
@@ -110,7 +90,7 @@ __global__ void __launch_bounds__(Tiles<Config>::kThreads) mma_sync_kernel(const
         const int64_t rows = st.rows;
         copy_async_wait_all();
         __syncthreads();  // this step's stage has landed; the previous step is done with the other
-        if (step + 1 < steps) load_stage(step + 1, stage ^ 1);
+        if (step + 1 < steps) copies.step(steps_of.next(st, p), stage ^ 1);
         const uint16_t* const s_q = reinterpret_cast<const uint16_t*>(shared + T::kQOffset) + stage * T::kQueries * T::kRow;
         const uint16_t* const s_do = reinterpret_cast<const uint16_t*>(shared + T::kDoOffset) + stage * T::kQueries * T::kRow;
         const float* const s_lse = reinterpret_cast<const float*>(shared + T::kLseOffset) + stage * T::kQueries;
