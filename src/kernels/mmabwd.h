@@ -11,13 +11,14 @@
 #include "fmha/bwd_params.h"
 #include "kernels/config.h"
 #include "kernels/mmabwd/around_loop.h"
-#include "kernels/mmabwd/mfma_kernel.h"
-#include "kernels/mmabwd/mma_sync_kernel.h"
 #include "kernels/mmabwd/tiles.h"
 #include "kernels/mmabwd/workspace.h"
 #if defined(__HIP_PLATFORM_NVIDIA__)
+#include "kernels/mmabwd/mma_sync_kernel.h"
 #include "kernels/mmabwd/wgmma_kernel.h"
 #include "platform/hip_on_cuda/tensor_map.h"
+#else
+#include "kernels/mmabwd/mfma_kernel.h"
 #endif
 
 namespace fmha {
@@ -40,41 +41,34 @@ hipError_t launch_loop(hipStream_t stream, const BwdParams& p, const Arguments&.
     return hipSuccess;
 }
 
-#if defined(__HIP_PLATFORM_NVIDIA__)
-// Hopper's loop reads Q, dO and dQ's accumulator through TMA maps, made per launch.
-template <class Config, bool kDeterministic, bool kOptions>
-hipError_t wgmma_loop(const BwdParams& p, hipStream_t stream) {
-    using T = WgmmaTiles<Config>;
-    constexpr bool kBf16 = Config::dtype == DType::bf16;
-    StepMaps maps{};  // (the problem's head_dim: TMA reads the kernel's columns past it as zeros)
-    const bool packed = p.cu_seqlens_q;
-    if (!hopper::encode_sequences_map(&maps.q, kBf16, p.q, p.q_strides, packed, p.total_q, p.batch, p.heads_q, p.seqlen_q,
-                                      p.head_dim, T::kQueries, 1) ||
-        !hopper::encode_sequences_map(&maps.d_o, kBf16, p.d_o, p.d_o_strides, packed, p.total_q, p.batch, p.heads_q,
-                                      p.seqlen_q, p.head_dim, T::kQueries, 1) ||
-        !hopper::encode_fp32_rows_map(&maps.dq_accum, Workspace::of(p).dq_accum, Workspace::rows(p), Config::head_dim,
-                                      T::kQueries))
-        return hipErrorInvalidValue;
-    return launch_loop<&wgmma_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
-}
-#endif
-
 // The main loop on the arch's matrix instructions: deterministic or not, with the scoring
-// options or without (each its own instance: wgmma_kernel.h, mfma_kernel.h, mma_sync_kernel.h).
+// options or without (each its own instance: wgmma_kernel.h, mma_sync_kernel.h, mfma_kernel.h).
 template <class Config, bool kDeterministic, bool kOptions>
 hipError_t main_loop(const BwdParams& p, hipStream_t stream) {
-    if constexpr (matrix_core(Config::arch) == MatrixCore::mfma) {
-        using T = MfmaTiles<Config>;
-        return launch_loop<&mfma_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p);
 #if defined(__HIP_PLATFORM_NVIDIA__)
-    } else if constexpr (matrix_core(Config::arch) == MatrixCore::wgmma) {
-        return wgmma_loop<Config, kDeterministic, kOptions>(p, stream);
-#endif
+    if constexpr (matrix_core(Config::arch) == MatrixCore::wgmma) {
+        using T = WgmmaTiles<Config>;
+        constexpr bool kBf16 = Config::dtype == DType::bf16;
+        StepMaps maps{};  // (the problem's head_dim: TMA reads the kernel's columns past it as zeros)
+        const bool packed = p.cu_seqlens_q;
+        if (!hopper::encode_sequences_map(&maps.q, kBf16, p.q, p.q_strides, packed, p.total_q, p.batch, p.heads_q, p.seqlen_q,
+                                          p.head_dim, T::kQueries, 1) ||
+            !hopper::encode_sequences_map(&maps.d_o, kBf16, p.d_o, p.d_o_strides, packed, p.total_q, p.batch, p.heads_q,
+                                          p.seqlen_q, p.head_dim, T::kQueries, 1) ||
+            !hopper::encode_fp32_rows_map(&maps.dq_accum, Workspace::of(p).dq_accum, Workspace::rows(p), Config::head_dim,
+                                          T::kQueries))
+            return hipErrorInvalidValue;
+        return launch_loop<&wgmma_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p, maps);
     } else {
         static_assert(has_mma_sync(Config::arch), "mmabwd's main loop for this arch");
         using T = Tiles<Config>;
         return launch_loop<&mma_sync_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p);
     }
+#else
+    static_assert(matrix_core(Config::arch) == MatrixCore::mfma, "mmabwd's main loop for this arch");
+    using T = MfmaTiles<Config>;
+    return launch_loop<&mfma_kernel<Config, kDeterministic, kOptions>, T::kKeys, T::kThreads, T::kSharedBytes>(stream, p);
+#endif
 }
 
 // kWithDeterministic: the kernel has the deterministic main loop too (dq_turns.h), where the
