@@ -62,8 +62,8 @@ struct MfmaTiles {
     static_assert(kSharedBytes == bytes(kStages) && kSharedBytes <= 64 * 1024, "CDNA's LDS per workgroup");
 };
 
-// The A operand of one k step: A[i][k] = rows[k][i], i = lane % 32 and k = 4 (lane / 32) + item,
-// read down a column of row-major 16-bit rows (four 2-byte reads).
+// An operand of one k step read down a column of row-major 16-bit rows (four 2-byte reads):
+// A[i][k] (or B[k][i]) = rows[k][i], i = lane % 32 and k = 4 (lane / 32) + item.
 __device__ inline mfma::Operand column_operand(const uint16_t* rows, int row_stride, int lane) {
     const uint16_t* const column = rows + 4 * (lane / 32) * row_stride + lane % 32;
     return mfma::Operand{uint32_t(column[0]) | uint32_t(column[row_stride]) << 16,
@@ -196,10 +196,7 @@ __global__ void __launch_bounds__(MfmaTiles<Config>::kThreads) mfma_kernel(const
 #pragma unroll
             for (int kk = 0; kk < T::kKeys; kk += mfma::kK) {
                 const mfma::Operand a = *reinterpret_cast<const mfma::Operand*>(s_ds + column * T::kDsRow + kk + 4 * half);
-                const uint16_t* const k_column = s_k + (kk + 4 * half) * T::kRow + mfma::kBlock * c + column;
-                const mfma::Operand b{uint32_t(k_column[0]) | uint32_t(k_column[T::kRow]) << 16,
-                                      uint32_t(k_column[2 * T::kRow]) | uint32_t(k_column[3 * T::kRow]) << 16};
-                mfma::mma_32x32x8<kDType, kArch>(dq, a, b);
+                mfma::mma_32x32x8<kDType, kArch>(dq, a, column_operand(s_k + kk * T::kRow + mfma::kBlock * c, T::kRow, lane));
             }
 #pragma unroll
             for (int r = 0; r < kAcc; ++r) {
