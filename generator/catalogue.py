@@ -221,7 +221,7 @@ class Selection:
 
 def fallback_skip(config, named_families):
     """Why a fallback family's tuple is left out of a selection that does not name the family
-    (the family it backs runs on the arch), or None."""
+    (the family it backs builds the same tuple), or None."""
     backed = FAMILIES[config.family].fallback_for
     if backed and config.family not in named_families and not FAMILIES[backed].declines(replace(config, family=backed)):
         return ("arch", config.arch, f"{backed} serves it; a selection naming {config.family} builds it")
@@ -234,8 +234,8 @@ def select(axes, name_glob="*", named_families=()):
     A tuple that its family declines (an arch without the family's matrix core, a head_dim it
     does not build) is skipped and noted; an unknown value, or a value of an axis that no family
     offers in any tuple (e.g. --head-dims 100), raises ValueError: nothing asked for is dropped
-    silently. A fallback family's tuple on an arch where the family it backs runs is skipped
-    and noted unless named_families names it.
+    silently. A fallback family's tuple that the family it backs builds too is skipped and noted
+    unless named_families names it.
     """
     order = [f.name for f in fields(KernelConfig)]
     configs, unknown, offered = [], set(), collections.defaultdict(set)
