@@ -45,19 +45,22 @@ __device__ inline void store_lse(const FwdParams& p, int64_t batch, int head, in
     if (p.lse) p.lse[lse_index<kMayBePacked>(p, batch, head, position)] = natural_lse(row_max, row_sum);
 }
 
-// Eight results, each times inv, as fp32 to dst (16-byte aligned).
-__device__ inline void store8_fp32(float* dst, const float (&x)[8], float inv) {
-    reinterpret_cast<float4*>(dst)[0] = make_float4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
-    reinterpret_cast<float4*>(dst)[1] = make_float4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
+// Eight results, each times inv, as fp32 to row[column...] (16-byte aligned; global or shared).
+// Each store indexes a vector pointer, as store8_output's does: through a pointer to elements nvcc
+// split some into four 4-byte stores (docs/decisions.md, "Results stored as 16-byte vectors").
+__device__ inline void store8_fp32(float* row, int column, const float (&x)[8], float inv) {
+    reinterpret_cast<float4*>(row)[column / 4] = make_float4(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
+    reinterpret_cast<float4*>(row)[column / 4 + 1] = make_float4(x[4] * inv, x[5] * inv, x[6] * inv, x[7] * inv);
 }
 
-// Eight results of row (batch, head, position) of O, from head-dim `column` on, each times inv.
+// Eight results of row (batch, head, position) of O, from head-dim `column` (a multiple of 8) on,
+// each times inv.
 template <class Config, bool kMayBePacked = true>
 __device__ inline void store8_output(const FwdParams& p, int64_t batch, int head, int position, int column,
                                      const float (&x)[8], float inv) {
     uint16_t* out =
         row_start(static_cast<uint16_t*>(p.o), p.o_strides, packed_only<kMayBePacked>(p.cu_seqlens_q), batch, head, position);
-    *reinterpret_cast<uint4*>(out + column) = pack8<DTypeTraits<Config::dtype>>(x, inv);
+    reinterpret_cast<uint4*>(out)[column / 8] = pack8<DTypeTraits<Config::dtype>>(x, inv);
 }
 
 }  // namespace fmha

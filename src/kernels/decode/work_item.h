@@ -104,7 +104,7 @@ struct RowSink {
         if (!kSplits<T> || plan.splits == 1) return store8_output<Config, T::kOptions>(p, item.batch, row.head, row.position, column, x, inv);
         float* dst = plan.block_splits > 1 ? block.partial(group, r)
                                            : SplitWorkspace(p, plan.workspace_splits).partials + workspace_slot(p, plan, item, row) * T::kHeadDim;
-        store8_fp32(dst + column, x, inv);
+        store8_fp32(dst, column, x, inv);
     }
     // The row's log-sum-exp: to FwdParams::lse where the row is done, else its partial's
     // log2-sum-exp beside the partial.
@@ -139,7 +139,7 @@ __device__ void merge_block(const FwdParams& p, const Plan& plan, int64_t first,
         } else {
             const SplitWorkspace workspace(p, plan.workspace_splits);
             const int64_t slot = workspace_slot(p, plan, item, row);
-            store8_fp32(workspace.partials + slot * T::kHeadDim + column, out, inv);
+            store8_fp32(workspace.partials + slot * T::kHeadDim, column, out, inv);
             if (column == 0) workspace.lses[slot] = partial_lse(m.max_lse, m.total);
         }
     }
