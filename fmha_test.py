@@ -465,6 +465,24 @@ def test_each_amd_kernel_holds_a_code_object_of_its_own_target():
 
 
 @needs_build_dir
+@pytest.mark.skipif(PLATFORM != "nvidia", reason="the NVIDIA build's compiler")
+def test_the_decode_results_are_stored_as_16_byte_vectors(tmp_path):
+    """nvcc wrote some 16-byte stores through an element pointer as four 4-byte stores
+    (docs/decisions.md, "Results stored as 16-byte vectors"): the decode family's PTX, whose
+    kernels store O and the split partials 8 results at a time, has no 4-byte store 12 bytes past
+    an address."""
+    run([sys.executable, "setup.py", "--only", "--out", tmp_path, "--archs", "sm90", "--dtypes", "bf16", "--head-dims", "64",
+         "--heads", "gqa", "--masks", "causal", "--families", "decode"], REPO)
+    [source] = (tmp_path / "kernels").glob("*_decode_sm90.hip")
+    ptx = tmp_path / "decode.ptx"
+    run([build_setting("CMAKE_CUDA_COMPILER"), "-std=c++17", "-O3", "-x", "cu", "-arch=sm_90a", "--ptx",
+         "-I", REPO / "src/platform/hip_on_cuda", "-I", REPO / "src", "-I", tmp_path, source, "-o", ptx], REPO)
+    text = ptx.read_text()
+    vectors, split = text.count("st.global.v4"), re.findall(r"st\.global\.[busf]32\s+\[%rd\d+\+12\]", text)
+    assert vectors > 0 and not split, f"{vectors} vector stores; {len(split)} 4-byte stores 12 bytes past an address: {split[:2]}"
+
+
+@needs_build_dir
 def test_make_again_compiles_nothing(tmp_path):
     """What `make` does once more after `make` (and so `make test` after `make`): render the
     recorded selection (into a copy of generated/), which must rewrite nothing, and leave Ninja
