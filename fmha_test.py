@@ -3,8 +3,8 @@
 - the generator's tests (generator/tests);
 - every GoogleTest case of the unit, GPU and C ABI binaries, one pytest item each;
 - fmha.exe: bad input (no GPU needed) and a matrix of shapes checked against the reference (GPU);
-- the MFMA prefill loop, the mma.sync backward and the KV-cache append emulated on the host
-  (tests/emulation; Clang 15 or later);
+- the MFMA prefill loop, the backward loops, AMD's decode variants and the KV-cache append
+  emulated on the host (tests/emulation; Clang 15 or later);
 - the Python package (tests/python): its binding of libfmha.so, and its API with PyTorch.
 
 The binaries come from FMHA_BIN_DIR (default bin/). GPU items skip, saying why, when the
@@ -206,6 +206,13 @@ def test_the_fragment_softmax_with_row_offsets_matches_the_reference_in_host_emu
     """The fragment softmax's update with per-row offsets of each lane's own (the wgmma loop's
     ALiBi fold) run on the host: a wave of lanes, rows in groups of 4, against fp64 and the plain update."""
     _run_emulation(tmp_path, "fragment_softmax")
+
+
+def test_the_amd_decode_variants_match_the_reference_in_host_emulation(tmp_path):
+    """The decode family's CUDA-core variants at AMD's wave of 64 lanes (two keys, few keys, the
+    long-keys loop with key splits and the combine kernel, the run-time options' variants) run on
+    the host against fp64: the AMD build's decode, which no AMD GPU here runs."""
+    _run_emulation(tmp_path, "decode")
 
 
 def test_the_kv_cache_append_matches_the_reference_in_host_emulation(tmp_path):

@@ -96,6 +96,16 @@ Plan variant_plan(const FwdParams& p) {
     return make_plan<T>(p, resident_blocks<T, Config>() * T::kGroups);
 }
 
+// Launches combine_kernel for a launch with n partials per row in p.workspace.
+template <class Config>
+hipError_t launch_combine(const FwdParams& p, int n, hipStream_t stream) {
+    const int64_t units = int64_t(p.batch) * p.heads_q * p.seqlen_q * (Config::head_dim / 8);
+    if (units > INT32_MAX) return hipErrorInvalidValue;  // split launches have few rows (decode/plan.h)
+    combine_kernel<Config><<<grid_blocks(units * kCombineLanes, kCombineThreads, kCombineThreads), kCombineThreads, 0, stream>>>(
+        p, n, FastDivisor(p.seqlen_q), FastDivisor(p.heads_q));
+    return hipGetLastError();
+}
+
 template <class T, class Config>
 hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     const int64_t resident = resident_blocks<T, Config>();

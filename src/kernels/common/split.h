@@ -132,14 +132,4 @@ __global__ void __launch_bounds__(kCombineThreads)
     }
 }
 
-// Launches combine_kernel for a launch with n partials per row in p.workspace.
-template <class Config>
-hipError_t launch_combine(const FwdParams& p, int n, hipStream_t stream) {
-    const int64_t units = int64_t(p.batch) * p.heads_q * p.seqlen_q * (Config::head_dim / 8);
-    if (units > INT32_MAX) return hipErrorInvalidValue;  // split launches have few rows (decode/plan.h)
-    combine_kernel<Config><<<grid_blocks(units * kCombineLanes, kCombineThreads, kCombineThreads), kCombineThreads, 0, stream>>>(
-        p, n, FastDivisor(p.seqlen_q), FastDivisor(p.heads_q));
-    return hipGetLastError();
-}
-
 }  // namespace fmha
