@@ -1,13 +1,12 @@
 // The decode family's CUDA-core variants (kernels/decode/cuda_core.h) run on the host through
-// tests/emulation/hip at AMD's wave of 64 lanes: the AMD build's decode, which no GPU here runs.
-// Each variant the AMD launcher takes (two keys, few keys, the long-keys loop with its key
-// splits merged in the block and through the workspace by common/split.h's combine kernel; 1, 2
-// and 4 rows a pass, more rows in passes; the run-time options' few- and long-keys variants:
-// softcapping, ALiBi, a paged cache) is checked against attention in double precision from the
-// same 16-bit inputs: GQA and MQA, causal with more queries than keys (rows that see no key), a
-// window, per-sequence key counts, pages in shuffled order, outputs and LSEs poisoned before the
-// launch. Built and run
-// like backward.cpp (fmha_test.py does; Clang 15 or later):
+// tests/emulation/hip at AMD's waves of 64 lanes (CDNA) and 32 (RDNA3): the AMD build's decode,
+// which no GPU here runs. Each variant the AMD launcher takes (two keys, few keys, the long-keys
+// loop with its key splits merged in the block and through the workspace by common/split.h's
+// combine kernel; 1, 2 and 4 rows a pass, more rows in passes; the run-time options' few- and
+// long-keys variants: softcapping, ALiBi, a paged cache) is checked against attention in double
+// precision from the same 16-bit inputs: GQA and MQA, causal with more queries than keys (rows
+// that see no key), a window, per-sequence key counts, pages in shuffled order, outputs and LSEs
+// poisoned before the launch. Built and run like backward.cpp (fmha_test.py does; Clang 15 or later):
 //   clang++-17 -std=c++20 -O1 -Wno-psabi -pthread -I tests/emulation -I src -I generated \
 //       tests/emulation/decode.cpp -o /tmp/decode && /tmp/decode
 #include "hip/hip_runtime.h"
@@ -15,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -57,12 +57,16 @@ struct Case {
     int page_size = 0;   // K and V in pages of this many keys, in shuffled order (0: contiguous)
 };
 
+// A grid of blocks of `threads` lanes in waves of `lanes`, one block at a time.
 template <class Kernel>
-void run_blocks(int64_t blocks, int threads, Kernel kernel) {
+void run_blocks(int64_t blocks, int threads, int lanes, Kernel kernel) {
     gridDim.x = unsigned(blocks);
     for (int64_t b = 0; b < blocks; ++b) {
-        std::barrier<> all(threads), v0(64), v1(64), v2(64), v3(64);
-        EmulatedBlock block{&all, {&v0, &v1, &v2, &v3}};
+        std::barrier<> all(threads);
+        std::vector<std::unique_ptr<std::barrier<>>> waves;
+        EmulatedBlock block{&all};
+        block.lanes = lanes;
+        for (int w = 0; w < threads / lanes; ++w) block.wave[w] = waves.emplace_back(new std::barrier<>(lanes)).get();
         emulated_block = &block;
         std::vector<std::thread> lanes;
         for (int t = 0; t < threads; ++t)
@@ -127,10 +131,12 @@ bool run(const char* name, const Case& c, unsigned seed) {
     std::vector<float> workspace(workspace_bytes(p, plan.workspace_splits) / sizeof(float));
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * sizeof(float);
 
-    run_blocks(grid_blocks(plan.items, T::kGroups, T::kThreads), T::kThreads, [&] { attend_kernel<T, Config>(p, plan); });
+    run_blocks(grid_blocks(plan.items, T::kGroups, T::kThreads), T::kThreads, wave_size(Config::arch),
+               [&] { attend_kernel<T, Config>(p, plan); });
     if (plan.workspace_splits > 1) {
+        // (Its shuffles stay within teams of 8 lanes: the same on waves of 32 and 64.)
         const int64_t units = int64_t(c.batch) * c.hq * c.sq * (d / 8);
-        run_blocks(grid_blocks(units * kCombineLanes, kCombineThreads, kCombineThreads), kCombineThreads, [&] {
+        run_blocks(grid_blocks(units * kCombineLanes, kCombineThreads, kCombineThreads), kCombineThreads, 64, [&] {
             combine_kernel<Config>(p, plan.workspace_splits, FastDivisor(p.seqlen_q), FastDivisor(p.heads_q));
         });
     }
@@ -229,6 +235,12 @@ int main() {
     ok &= run<F128Mha, LongKeysWithOptions<F128Mha>>("long keys, options, paged", {2, 4, 4, 3, 200, 50, true, 1 << 20, 1.5f, true, 16}, 16);
     ok &= run<B128, LongKeysWithOptions<B128>>("long keys, paged, workspace", {1, 8, 2, 1, 900, -1, true, 64, 0.f, false, 64}, 17);
     ok &= run<B256, LongKeysWithOptions<B256>>("long keys, d256, options", {2, 4, 1, 2, 300, -1, false, 16, 3.f, true, 32}, 18);
+    // gfx1100 (RDNA3): waves of 32 lanes, long-keys passes of at most 4 rows (decode.h).
+    using Rdna = KernelConfig<DType::fp16, 128, HeadsKind::gqa, Mask::causal, Arch::gfx1100>;
+    ok &= run<Rdna, Traits<Rdna, 32, 1, Keys::two>>("gfx1100 two keys", {3, 8, 8, 1, 2}, 21);
+    ok &= run<Rdna, Traits<Rdna, 32, 2, Keys::few>>("gfx1100 few keys", {3, 4, 2, 1, 9, -1, true}, 22);
+    ok &= run<Rdna, Traits<Rdna, 32, 4, Keys::many>>("gfx1100 long keys, workspace", {2, 8, 2, 1, 400, -1, true, 16}, 23);
+    ok &= run<Rdna, WithOptions<Traits<Rdna, 32, 4, Keys::many>>>("gfx1100 long keys, options", {2, 8, 2, 2, 150, 40, true, 8, 2.f, true, 16}, 24);
     // ALiBi on both sides of the diagonal (no mask, more queries than one).
     ok &= run<B128, FewKeysWithOptions<B128>>("few keys, ALiBi both sides", {2, 4, 2, 3, 12, -1, true, 1 << 20, 0.f, true}, 19);
     ok &= run<B128, LongKeysWithOptions<B128>>("long keys, ALiBi both sides", {1, 4, 2, 4, 150, -1, false, 8, 0.f, true, 16}, 20);

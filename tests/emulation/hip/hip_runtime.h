@@ -68,12 +68,14 @@ inline int max(int a, int b) { return std::max(a, b); }
 inline int __ffs(int x) { return __builtin_ffs(x); }  // 1 + the lowest set bit's index, 0 for 0
 
 // The block being run: its barrier, and per wave a barrier and the slots of its exchanges.
+// Shuffles take waves of `lanes` (64, or RDNA's 32: then up to 8 waves; MFMA only at 64).
 struct EmulatedBlock {
     static constexpr int kWaves = 4, kLanes = 64;
     std::barrier<>* block;
-    std::barrier<>* wave[kWaves];
+    std::barrier<>* wave[2 * kWaves];
     float values[kWaves][kLanes];
     uint64_t a[kWaves][kLanes], b[kWaves][kLanes];
+    int lanes = kLanes;
 };
 inline EmulatedBlock* emulated_block;
 
@@ -82,10 +84,11 @@ inline void __syncthreads() { emulated_block->block->arrive_and_wait(); }
 // Every lane of the wave publishes x, then reads lane `source(lane)`'s.
 template <class Source>
 inline float wave_exchange(float x, Source source) {
-    const int w = threadIdx.x / EmulatedBlock::kLanes, lane = threadIdx.x % EmulatedBlock::kLanes;
-    emulated_block->values[w][lane] = x;
+    const int lanes = emulated_block->lanes, w = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+    float* slots = &emulated_block->values[0][0] + w * lanes;
+    slots[lane] = x;
     emulated_block->wave[w]->arrive_and_wait();
-    const float y = emulated_block->values[w][source(lane)];
+    const float y = slots[source(lane)];
     emulated_block->wave[w]->arrive_and_wait();
     return y;
 }
