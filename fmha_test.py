@@ -209,9 +209,9 @@ def test_the_fragment_softmax_with_row_offsets_matches_the_reference_in_host_emu
 
 
 def test_the_amd_decode_variants_match_the_reference_in_host_emulation(tmp_path):
-    """The decode family's CUDA-core variants at AMD's wave of 64 lanes (two keys, few keys, the
-    long-keys loop with key splits and the combine kernel, the run-time options' variants) run on
-    the host against fp64: the AMD build's decode, which no AMD GPU here runs."""
+    """The decode family's CUDA-core variants at AMD's waves of 64 and 32 lanes (two keys, few keys,
+    the long-keys loop with key splits and the combine kernel, the run-time options' variants) run
+    on the host against fp64: the AMD build's decode, which no AMD GPU here runs."""
     _run_emulation(tmp_path, "decode")
 
 
