@@ -68,14 +68,14 @@ void run_blocks(int64_t blocks, int threads, int lanes, Kernel kernel) {
         block.lanes = lanes;
         for (int w = 0; w < threads / lanes; ++w) block.wave[w] = waves.emplace_back(new std::barrier<>(lanes)).get();
         emulated_block = &block;
-        std::vector<std::thread> lanes;
+        std::vector<std::thread> workers;  // a thread a lane
         for (int t = 0; t < threads; ++t)
-            lanes.emplace_back([&, t] {
+            workers.emplace_back([&, t] {
                 threadIdx.x = t, blockIdx.x = unsigned(b);
                 blockDim.x = unsigned(threads);
                 kernel();
             });
-        for (auto& lane : lanes) lane.join();
+        for (auto& worker : workers) worker.join();
     }
 }
 
@@ -104,11 +104,11 @@ bool run(const char* name, const Case& c, unsigned seed) {
     for (size_t n = 0; n < table.size(); ++n) table[n] = int(n);
     std::shuffle(table.begin(), table.end(), rng);
     std::vector<uint16_t> k_pages(table.size() * c.page_size * c.hkv * d), v_pages(k_pages.size());
-    for (int b = 0; b < c.batch; ++b)
+    for (int b = 0; b < c.batch && c.page_size; ++b)
         for (int j = 0; j < c.skv; ++j) {
             const size_t from = (size_t(b) * c.skv + j) * c.hkv * d;
-            const size_t to = (size_t(table[size_t(b) * pages + j / std::max(c.page_size, 1)]) * c.page_size + j % std::max(c.page_size, 1)) * c.hkv * d;
-            if (c.page_size) std::copy_n(&k[from], c.hkv * d, &k_pages[to]), std::copy_n(&v[from], c.hkv * d, &v_pages[to]);
+            const size_t to = (size_t(table[size_t(b) * pages + j / c.page_size]) * c.page_size + j % c.page_size) * c.hkv * d;
+            std::copy_n(&k[from], c.hkv * d, &k_pages[to]), std::copy_n(&v[from], c.hkv * d, &v_pages[to]);
         }
 
     FwdParams p{};
