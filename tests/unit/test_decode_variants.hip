@@ -89,13 +89,17 @@ TEST(DecodeVariants, HeadDim256TakesManyRowsOnTheTensorCoreLoop) {
     EXPECT_EQ(key_variant(3, 8, false, 8, false), Keys::few);  // no tensor-core loop (AMD)
 }
 
-TEST(DecodeVariants, StagedItemsTakeTwoRowTilesAtHeadDim64) {
-    // staged_row_tiles(keys, rows, head_dim): 16-row passes at d64 for 9-16 rows up to 12 keys.
+TEST(DecodeVariants, StagedItemsTakeTwoRowTilesUpToHeadDim128) {
+    // staged_row_tiles(keys, rows, head_dim): 16-row passes for 9-16 rows, at d64 up to 12 keys.
     EXPECT_EQ(staged_row_tiles(12, 9, 64), 2);
     EXPECT_EQ(staged_row_tiles(3, 16, 64), 2);
     EXPECT_EQ(staged_row_tiles(13, 16, 64), 1);
     EXPECT_EQ(staged_row_tiles(12, 8, 64), 1);
-    EXPECT_EQ(staged_row_tiles(5, 16, 128), 1);
+    EXPECT_EQ(staged_row_tiles(3, 16, 128), 2);  // d128: up to 19 rows and keys together
+    EXPECT_EQ(staged_row_tiles(10, 9, 128), 2);
+    EXPECT_EQ(staged_row_tiles(4, 16, 128), 1);
+    EXPECT_EQ(staged_row_tiles(11, 9, 128), 1);
+    EXPECT_EQ(staged_row_tiles(3, 8, 128), 1);
     EXPECT_EQ(staged_row_tiles(5, 16, 256), 1);
 }
 

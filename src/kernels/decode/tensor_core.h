@@ -65,7 +65,12 @@ struct MmaTraits : BlockShape {
     // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per multiprocessor,
     // or one wide block; asking for it measured faster on the long-KV cases (docs/decisions.md).
     // Head dim 256 (one row tile) takes up to 255: 2 blocks, each warp's 16 KB step in flight.
-    static constexpr int kMinBlocks = Warps > 4 ? 1 : kHeadDim > 128 ? 2 : RowTiles == 1 || StagesItems ? 4 : 1;
+    // Staged items of two row tiles at head dim 128 take 3 blocks (168 registers): at 4 they spilled.
+    static constexpr int kMinBlocks = Warps > 4             ? 1
+                                      : kHeadDim > 128      ? 2
+                                      : RowTiles == 1       ? 4
+                                      : StagesItems         ? (kHeadDim > 64 ? 3 : 4)
+                                                            : 1;
     // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
     // of the key loop measured faster; two row tiles (registers to spare at 1 block per
     // multiprocessor) measured slower with it (docs/decisions.md). At head dim 256 they take

@@ -162,8 +162,9 @@ __global__ void convert_kernel(const BwdParams p) {
     // Rows past a sequence's length: a padded batch's get the zeros they add up to (up to
     // seqlen_q); a packed batch's belong to the next sequence.
     if ((p.cu_seqlens_q ? !r.inside(p) : r.position >= p.seqlen_q) || column >= p.head_dim) return;
-    *reinterpret_cast<uint4*>(r.in(static_cast<uint16_t*>(p.dq), p.dq_strides, p) + column) =
-        pack8<Numeric>(values, p.scale);
+    // Indexed on the vector pointer: nvcc split the store through an element pointer into four
+    // 4-byte stores (docs/decisions.md, "Results stored as 16-byte vectors").
+    reinterpret_cast<uint4*>(r.in(static_cast<uint16_t*>(p.dq), p.dq_strides, p))[column / 8] = pack8<Numeric>(values, p.scale);
 }
 
 }  // namespace mmabwd
