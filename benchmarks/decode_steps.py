@@ -180,12 +180,12 @@ def steps(copy, quick, emit, chosen=None, peers=True, cold=False):
         torch.cuda.empty_cache()
 
 
-def short_grid(copy, quick, emit):
+def short_grid(copy, quick, emit, head_dims=(64, 128, 256)):
     emit("| dtype | d | heads | seqlen_q | rows per KV head | " + " | ".join(f"{k}" for k in range(1, 17)) + " |",
          "|" + "---|" * 21)
     worst = (2.0, "")
     for dtype in (torch.float16, torch.bfloat16):
-        for head_dim in (64, 128, 256):
+        for head_dim in head_dims:
             for heads_q, heads_kv, seqlens in ((16, 16, range(1, 17)), (32, 8, range(1, 5)), (16, 1, (1,))):
                 for seqlen_q in seqlens:
                     if quick and seqlen_q not in (1, 2):
@@ -223,6 +223,8 @@ def main():
     parser.add_argument("--no-peers", action="store_true", help="the steps part without SDPA")
     parser.add_argument("--points", nargs="+", metavar="B,KEYS,HQ,HKV[,D]",
                         help="the steps part at these bf16 points only (d128 unless D), e.g. 1,65536,8,1")
+    parser.add_argument("--head-dims", nargs="+", type=int, default=(64, 128, 256), choices=(64, 128, 256),
+                        help="the short part at these head dims only")
     parser.add_argument("--cold", action="store_true",
                         help="the steps part with every call on its own copy of the cache (read from DRAM)")
     options = parser.parse_args()
@@ -245,8 +247,10 @@ def main():
         if part == "steps":
             steps(copy, options.quick, emit, [tuple(map(int, p.split(","))) for p in options.points or []],
                   not options.no_peers, options.cold)
+        elif part == "short":
+            short_grid(copy, options.quick, emit, options.head_dims)
         else:
-            {"empty": empty, "short": short_grid}[part](copy, options.quick, emit)
+            empty(copy, options.quick, emit)
         emit("")
 
 

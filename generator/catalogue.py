@@ -55,6 +55,13 @@ class Family:
                 (not self.power_of_two_head_dims or head_dim & (head_dim - 1) == 0))
 
     @property
+    def core_head_dim_limit(self):
+        """(matrix core, largest head_dim) where its loop takes less than max_head_dim, or
+        ("none", max_head_dim): the generated HeadDimRule holds one such core."""
+        assert len(self.core_head_dim_limits) <= 1, f"{self.name}: HeadDimRule holds one core's limit"
+        return tuple(self.core_head_dim_limits[0][:2]) if self.core_head_dim_limits else ("none", self.max_head_dim)
+
+    @property
     def head_dim_rule(self):
         if self.power_of_two_head_dims:
             return f"a power of two from {self.head_dim_multiple} up to {self.max_head_dim}"

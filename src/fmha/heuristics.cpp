@@ -178,10 +178,15 @@ std::string regenerate_advice(const Problem& p, std::optional<Arch> arch) {
     for (int f = 0; f < static_cast<int>(std::size(kFamilyTokens)); ++f) {
         if (!table.empty() && !table_has([&](const KernelKey& k) { return static_cast<int>(k.family) == f; })) continue;
         const HeadDimRule rule = kFamilyHeadDimRules[f];
-        taken = taken || rule.takes(p.head_dim);
+        taken = taken || (arch ? rule.takes(p.head_dim, matrix_core(*arch)) : rule.takes(p.head_dim));
         rules += std::string(rules.empty() ? "" : "; ") + kFamilyTokens[f] + " takes " +
                  (rule.power_of_two ? "a power of two from " : "a multiple of ") + std::to_string(rule.multiple) + " up to " +
                  std::to_string(rule.max);
+        std::string limited_archs;
+        for (int a = 0; a < static_cast<int>(std::size(kArchFacts)); ++a)
+            if (matrix_core(static_cast<Arch>(a)) == rule.limited_core)
+                limited_archs += std::string(limited_archs.empty() ? "" : ", ") + token(static_cast<Arch>(a));
+        if (!limited_archs.empty()) rules += " (" + std::to_string(rule.core_max) + " on " + limited_archs + ")";
     }
     if (!taken)
         return "head_dim " + std::to_string(p.head_dim) + " cannot be generated (" + rules +

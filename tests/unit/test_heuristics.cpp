@@ -277,6 +277,20 @@ TEST(Heuristics, AHeadDimTheGeneratorRejectsGetsItsRuleNotACommand) {
     }
 }
 
+TEST(Heuristics, AdviceNamesAFamilysSmallerHeadDimLimitOnSomeArchs) {
+    // mmabwd's MFMA loop stops at d128 (generator/catalogue.py): the rule says so, by arch.
+    const HeadDimRule rule = kFamilyHeadDimRules[static_cast<int>(Family::mmabwd)];
+    EXPECT_EQ(rule.limited_core, MatrixCore::mfma);
+    EXPECT_TRUE(rule.takes(256, MatrixCore::wgmma));
+    EXPECT_FALSE(rule.takes(256, MatrixCore::mfma));
+    EXPECT_TRUE(rule.takes(128, MatrixCore::mfma));
+    if (!has_family_kernel([](const HeadDimRule&, const KernelKey& k) { return k.family == Family::mmabwd; }))
+        GTEST_SKIP() << "no mmabwd kernel in this build";
+    const std::string advice = regenerate_advice(make(8, 8, 300));
+    EXPECT_NE(advice.find("mmabwd takes a power of two from 64 up to 256 (128 on gfx908, gfx90a, gfx942)"), std::string::npos)
+        << advice;
+}
+
 TEST(Heuristics, AdviceAddsOnlyTheValuesTheTableLacks) {
     const KernelKey any = kernel_table().front().key;
     Problem p = make(8, 8, any.head_dim, any.dtype, any.mask == Mask::causal);
