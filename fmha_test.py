@@ -378,6 +378,25 @@ def test_shapes_print_their_flags_for_the_shell_tools():
     assert unknown.stdout == ""
 
 
+def test_compare_short_grid_counts_each_builds_best_run(tmp_path):
+    """benchmarks/compare_short_grid.py: a point counts at its best run of a build."""
+    def table(path, first_row):
+        rows = [first_row, ["0.95"] * 16]
+        path.write_text("| dtype | d | heads | seqlen_q | rows per KV head | ... |\n|---|\n" + "".join(
+            f"| bf16 | {d} | 16/16 | 1 | 1 | " + " | ".join(cells) + " |\n" for d, cells in zip((64, 128), rows)))
+    table(tmp_path / "a1.md", ["0.50"] * 16)
+    table(tmp_path / "a2.md", ["0.91"] * 8 + ["0.40"] * 8)  # the best of a1 and a2: 8 points at 0.91
+    table(tmp_path / "b1.md", ["0.86"] * 16)
+    result = subprocess.run([sys.executable, "benchmarks/compare_short_grid.py", str(tmp_path / "a1.md"),
+                             str(tmp_path / "a2.md"), "--against", str(tmp_path / "b1.md"), "--head-dim", "64"],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("first: 24 of 32 at 0.9 of copy or better (d64 8, d128 16); 24 at 0.85;"), lines[0]
+    assert lines[1].startswith("second: 16 of 32 at 0.9 of copy or better (d64 0, d128 16); 32 at 0.85;"), lines[1]
+    assert lines[-1] == "   1 " + " ".join(["-0.05"] * 8 + ["+0.36"] * 8)
+
+
 # ---------------------------------------------------------------- set-up on a fresh machine
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="make deps installs packages as root")

@@ -18,6 +18,10 @@ bool heads_fit(HeadsKind kernel, const Problem& p) {
     return kernel == HeadsKind::gqa || kernel == p.heads_kind();
 }
 
+// The backward's families, in order of preference: the matrix cores' loop, else the CUDA cores'.
+constexpr Family kBackwardFamilies[] = {Family::mmabwd, Family::simtbwd};
+bool is_backward(Family family) { return std::find(std::begin(kBackwardFamilies), std::end(kBackwardFamilies), family) != std::end(kBackwardFamilies); }
+
 struct FamilyChoice {
     Family family;
     std::string why;
@@ -129,7 +133,7 @@ BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
         return {nullptr, "the backward kernels take at most 2^31 - 1 tiles of 16 keys (key tiles x KV heads x batch)"};
     // The matrix cores' loop where the build has it, else the CUDA cores' (no deterministic loop).
     bool without_deterministic = false;
-    for (const Family family : {Family::mmabwd, Family::simtbwd}) {
+    for (const Family family : kBackwardFamilies) {
         const BwdKernelEntry* entry = fitting_kernel(bwd_kernel_table(), p, HeadsKind::gqa, family, arch);
         if (!entry) continue;
         if (p.deterministic && !entry->deterministic) {
@@ -142,8 +146,8 @@ BwdSelection select_bwd_kernel(const Problem& p, Arch arch) {
     if (without_deterministic)
         return {nullptr, "this build's backward kernels have no deterministic mode: `python3 setup.py --refresh "
                          "--deterministic-backward && make` adds it (mmabwd's loop; simtbwd has none)"};
-    return {nullptr, std::string("no backward kernel in this build for ") + p.describe() + " on " + token(arch) +
-                         " (python3 setup.py --list shows the fmha_bwd_ kernels a selection holds)"};
+    return {nullptr, std::string("no backward kernel in this build for ") + p.describe() + " on " + token(arch) + "; " +
+                         regenerate_advice(p, arch, true)};
 }
 
 bool catalogue_covers(const Problem& p) {
@@ -168,14 +172,19 @@ std::vector<std::string> nearest_kernels(const Problem& p, size_t count) {
     return names;
 }
 
-std::string regenerate_advice(const Problem& p, std::optional<Arch> arch) {
-    const auto& table = kernel_table();
-    auto table_has = [&](auto&& fits) { return std::any_of(table.begin(), table.end(), [&](const KernelEntry& e) { return fits(e.key); }); };
-    // The generator takes a head_dim that some family of the selection takes (the table's
-    // families stand for the selection's; the others skip it).
+std::string regenerate_advice(const Problem& p, std::optional<Arch> arch, bool backward) {
+    std::vector<KernelKey> table;  // the direction's kernels
+    if (backward)
+        for (const BwdKernelEntry& e : bwd_kernel_table()) table.push_back(e.key);
+    else
+        for (const KernelEntry& e : kernel_table()) table.push_back(e.key);
+    auto table_has = [&](auto&& fits) { return std::any_of(table.begin(), table.end(), fits); };
+    // The generator takes a head_dim that some family of the direction in the selection takes
+    // (the table's families stand for the selection's; the others skip it).
     std::string rules;
     bool taken = false;
     for (int f = 0; f < static_cast<int>(std::size(kFamilyTokens)); ++f) {
+        if (is_backward(static_cast<Family>(f)) != backward) continue;
         if (!table.empty() && !table_has([&](const KernelKey& k) { return static_cast<int>(k.family) == f; })) continue;
         const HeadDimRule rule = kFamilyHeadDimRules[f];
         taken = taken || (arch ? rule.takes(p.head_dim, matrix_core(*arch)) : rule.takes(p.head_dim));
@@ -190,8 +199,8 @@ std::string regenerate_advice(const Problem& p, std::optional<Arch> arch) {
     }
     if (!taken)
         return "head_dim " + std::to_string(p.head_dim) + " cannot be generated (" + rules +
-               "); a multiple of 8 also runs on a larger kernel of a family that serves smaller head_dims, any head_dim on "
-               "a larger one of a family that reads element rows (mmaprefill)";
+               "); a multiple of 8 also runs on a larger kernel of a family that serves smaller head_dims" +
+               (backward ? "" : ", any head_dim on a larger one of a family that reads element rows (mmaprefill)");
 
     // The axis values the table lacks, added to the recorded selection by --refresh.
     std::string options;

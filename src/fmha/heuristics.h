@@ -39,7 +39,8 @@ bool catalogue_covers(const Problem& problem);
 std::vector<std::string> nearest_kernels(const Problem& problem, size_t count = 3);
 
 // The generator command that adds to this build's selection what the problem (on `arch`, when
-// known) needs, or why no command can: a head_dim the generator does not take, a --filter.
-std::string regenerate_advice(const Problem& problem, std::optional<Arch> arch = std::nullopt);
+// known; its forward, or its backward) needs, or why no command can: a head_dim the generator
+// does not take, a --filter.
+std::string regenerate_advice(const Problem& problem, std::optional<Arch> arch = std::nullopt, bool backward = false);
 
 }  // namespace fmha

@@ -284,11 +284,19 @@ TEST(Heuristics, AdviceNamesAFamilysSmallerHeadDimLimitOnSomeArchs) {
     EXPECT_TRUE(rule.takes(256, MatrixCore::wgmma));
     EXPECT_FALSE(rule.takes(256, MatrixCore::mfma));
     EXPECT_TRUE(rule.takes(128, MatrixCore::mfma));
-    if (!has_family_kernel([](const HeadDimRule&, const KernelKey& k) { return k.family == Family::mmabwd; }))
+    // The backward's advice quotes the rules of the backward families its table has (any dtype or
+    // arch); the forward's quotes none of them.
+    EXPECT_EQ(regenerate_advice(make(8, 8, 300)).find("mmabwd"), std::string::npos);
+    const auto& table = bwd_kernel_table();
+    if (std::none_of(table.begin(), table.end(), [](const BwdKernelEntry& e) { return e.key.family == Family::mmabwd; }))
         GTEST_SKIP() << "no mmabwd kernel in this build";
-    const std::string advice = regenerate_advice(make(8, 8, 300));
-    EXPECT_NE(advice.find("mmabwd takes a power of two from 64 up to 256 (128 on gfx908, gfx90a, gfx942)"), std::string::npos)
+    const std::string advice = regenerate_advice(make(8, 8, 300), std::nullopt, true);
+    EXPECT_NE(advice.find("head_dim 300 cannot be generated (mmabwd takes a power of two from 64 up to 256 (128 on gfx908, "
+                          "gfx90a, gfx942)"),
+              std::string::npos)
         << advice;
+    const BwdSelection none = select_bwd_kernel(make(8, 8, 300), table.front().key.arch);
+    EXPECT_NE(none.reason.find(advice), std::string::npos) << none.reason;
 }
 
 TEST(Heuristics, AdviceAddsOnlyTheValuesTheTableLacks) {
