@@ -20,7 +20,9 @@ bool heads_fit(HeadsKind kernel, const Problem& p) {
 
 // The backward's families, in order of preference: the matrix cores' loop, else the CUDA cores'.
 constexpr Family kBackwardFamilies[] = {Family::mmabwd, Family::simtbwd};
-bool is_backward(Family family) { return std::find(std::begin(kBackwardFamilies), std::end(kBackwardFamilies), family) != std::end(kBackwardFamilies); }
+bool is_backward(Family family) {
+    return std::find(std::begin(kBackwardFamilies), std::end(kBackwardFamilies), family) != std::end(kBackwardFamilies);
+}
 
 struct FamilyChoice {
     Family family;
