@@ -193,6 +193,7 @@ std::string regenerate_advice(const Problem& p, std::optional<Arch> arch, bool b
         rules += std::string(rules.empty() ? "" : "; ") + kFamilyTokens[f] + " takes " +
                  (rule.power_of_two ? "a power of two from " : "a multiple of ") + std::to_string(rule.multiple) + " up to " +
                  std::to_string(rule.max);
+        if (rule.limited_core == MatrixCore::none) continue;  // no smaller limit (archs without matrix cores have none either)
         std::string limited_archs;
         for (int a = 0; a < static_cast<int>(std::size(kArchFacts)); ++a)
             if (matrix_core(static_cast<Arch>(a)) == rule.limited_core)
