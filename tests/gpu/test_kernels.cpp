@@ -68,9 +68,9 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
         GpuCase narrow_varlen{make(key, 4, h, h_kv, 1, 7), {{1, 1, 1, 1}, {7, 5, 6, 3}}, seed++};  // 7 slots, fewer keys
         cases.push_back(narrow_varlen);
         // More rows than a pass of 8 over up to 16 keys: the tensor-core variant's staged items
-        // (two row tiles a pass at d64 for both, at d128 for the second: staged_row_tiles()),
+        // (two row tiles a pass at d64 for all three, at d128 for the second: staged_row_tiles()),
         // ragged, the last sequence's first rows seeing no key.
-        for (auto [s_q, s_kv] : {std::pair{10, 12}, std::pair{9, 9}})
+        for (auto [s_q, s_kv] : {std::pair{10, 12}, std::pair{9, 9}, std::pair{16, 16}})
             cases.push_back({make(key, 3, h, h_kv, s_q, s_kv), {{s_q - 1, s_q, 4}, {s_kv, 7, 3}}, seed++});
         if (key.mask == Mask::causal) {
             // Sequences with more queries than keys: bottom-right alignment leaves the first

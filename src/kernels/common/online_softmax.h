@@ -53,6 +53,13 @@ __device__ inline float raise_max(float& running_max, float step_max, float& ref
     return rescale;
 }
 
+// A row's first step (a one-step variant's only one): nothing is accumulated yet, so nothing
+// needs the rescale that raise_max would compute, an exp2 and a multiply per row and value.
+__device__ inline void first_max(float& running_max, float step_max, float& reference) {
+    running_max = step_max;
+    reference = step_max == -INFINITY ? 0.f : step_max;
+}
+
 // Merging another state (other_max, its sum and accumulators) into a running one: raises the
 // running maximum and returns the weights of both sides, sum = sum * mine + other_sum * theirs.
 struct MergeWeights {

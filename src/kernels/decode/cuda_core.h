@@ -144,6 +144,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         // Slice s stores rows r with r % kSlices == s. A row that saw no key gets zeros.
         auto store_row = [&](int r) {
             if (!rows[r].valid || r % T::kSlices != slice) return;
+            // An IEEE division: with a fast reciprocal ptxas stored rows together, at up to 77 more registers (docs/decisions.md).
             const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
 #pragma unroll
             for (int v = 0; v < V; ++v) {
@@ -230,8 +231,9 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 float step_max = score[0];
 #pragma unroll
                 for (int u = 1; u < S; ++u) step_max = fmaxf(step_max, score[u]);
-                float reference;
-                const float rescale = raise_max(row_max[r], step_max, reference);
+                float reference, rescale = 1.f;
+                if constexpr (T::kShortKeys) first_max(row_max[r], step_max, reference);
+                else rescale = raise_max(row_max[r], step_max, reference);
                 row_sum[r] *= rescale;
 #pragma unroll
                 for (int v = 0; v < V; ++v) {
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
 #pragma unroll
                 for (int u = 0; u < S; ++u) {
                     if (T::kSkipsEmptySlots && u >= live_slots) continue;
-                    const float prob = exp2f(score[u] - reference);
+                    const float prob = exp2_approx(score[u] - reference);
                     row_sum[r] += prob;
 #pragma unroll
                     for (int v = 0; v < V; ++v) {

@@ -416,10 +416,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                     float step_max = fmaxf(score[0], score[1]);
 #pragma unroll
                     for (int offset = 4; offset < 32; offset *= 2) step_max = fmaxf(step_max, __shfl_xor(step_max, offset));
-                    float reference;
-                    const float rescale = raise_max(row_max[rt][e], step_max, reference);
-                    prob[e] = exp2f(score[0] - reference);
-                    prob[2 + e] = exp2f(score[1] - reference);
+                    float reference, rescale = 1.f;
+                    if constexpr (T::kShortKeys) first_max(row_max[rt][e], step_max, reference);
+                    else rescale = raise_max(row_max[rt][e], step_max, reference);
+                    prob[e] = exp2_approx(score[0] - reference);
+                    prob[2 + e] = exp2_approx(score[1] - reference);
                     row_sum[rt][e] = row_sum[rt][e] * rescale + prob[e] + prob[2 + e];  // this lane's part
 #pragma unroll
                     for (int m = 0; m < kTiles; ++m) acc[rt][m][e] *= rescale, acc[rt][m][2 + e] *= rescale;
@@ -450,7 +451,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                     mine[rt][e].head = int(row.x), mine[rt][e].position = int(row.y), mine[rt][e].valid = int(row.y) >= 0;
                 }
                 if (!mine[rt][e].valid) continue;
-                const float inv = sum > 0.f ? 1.f / sum : 0.f;
+                const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;  // sum >= 1: no range fix-up needed
 #pragma unroll
                 for (int j = 0; j < VV; ++j) {
                     float x[8];
