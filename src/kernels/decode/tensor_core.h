@@ -451,7 +451,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                     mine[rt][e].head = int(row.x), mine[rt][e].position = int(row.y), mine[rt][e].valid = int(row.y) >= 0;
                 }
                 if (!mine[rt][e].valid) continue;
-                const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;  // sum >= 1: no range fix-up needed
+                // Staged items: a fast reciprocal (sum >= 1 needs no range fix-up). The loop's
+                // options variant spilled with it; it keeps the IEEE division (docs/decisions.md).
+                const float inv = sum > 0.f ? (T::kStagesItems ? __fdividef(1.f, sum) : 1.f / sum) : 0.f;
 #pragma unroll
                 for (int j = 0; j < VV; ++j) {
                     float x[8];
