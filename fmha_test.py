@@ -208,10 +208,12 @@ def test_the_fragment_softmax_with_row_offsets_matches_the_reference_in_host_emu
     _run_emulation(tmp_path, "fragment_softmax")
 
 
-def test_the_amd_decode_variants_match_the_reference_in_host_emulation(tmp_path):
+def test_the_decode_variants_match_the_reference_in_host_emulation(tmp_path):
     """The decode family's CUDA-core variants at AMD's waves of 64 and 32 lanes (two keys, few keys,
-    the long-keys loop with key splits and the combine kernel, the run-time options' variants) run
-    on the host against fp64: the AMD build's decode, which no AMD GPU here runs."""
+    the long-keys loop with key splits and the combine kernel, the run-time options' variants) and
+    its tensor-core variant on NVIDIA's warp MMAs (staged items in passes of 8 and 16 rows, the
+    loop, paged and option launches) run on the host against fp64: the AMD build's decode, which no
+    AMD GPU here runs, and the NVIDIA one's kernel logic without a GPU."""
     _run_emulation(tmp_path, "decode")
 
 

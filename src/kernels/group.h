@@ -35,10 +35,12 @@ struct XorPair {
 };
 
 // A barrier of the warp's lanes. On AMD, whose wavefronts run their lanes in lockstep, there
-// is nothing to wait for.
+// is nothing to wait for (the host emulation of the warp MMAs' kernels runs each lane apart).
 __device__ inline void sync_warp() {
 #if defined(__HIP_PLATFORM_NVIDIA__)
     __syncwarp();
+#elif defined(FMHA_EMULATED_MMA_SYNC)
+    emulated_sync_warp();
 #endif
 }
 

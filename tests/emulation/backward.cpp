@@ -8,8 +8,7 @@
 // Built and run like mfma_prefill.cpp (fmha_test.py does; Clang 15 or later):
 //   clang++-17 -std=c++20 -O1 -Wno-psabi -pthread -I tests/emulation -I src -I generated \
 //       tests/emulation/backward.cpp -o /tmp/backward && /tmp/backward
-#define FMHA_EMULATED_MMA_SYNC 1
-#include "hip/hip_runtime.h"
+#include "warp_mma.h"
 
 #include <cstdio>
 
@@ -35,57 +34,8 @@ namespace simtbwd {
 alignas(16) uint8_t shared[48 * 1024];
 }  // namespace simtbwd
 
-// A warp's exchange slots: each lane publishes, the warp meets, each reads what it needs, the warp meets.
-struct EmulatedWarps {
-    std::barrier<>* warp[4];
-    uint32_t a[4][32][4], b[4][32][2];
-    const uint16_t* rows[4][32];
-};
-inline EmulatedWarps* emulated_warps;
 inline std::mutex atomic_mutex;
 
-inline int warp_of() { return threadIdx.x / 32; }
-
-template <bool kTransposed>
-inline void emulated_load_matrices_x4(uint32_t (&r)[4], const void* row) {
-    const int w = warp_of(), lane = threadIdx.x % 32;
-    emulated_warps->rows[w][lane] = static_cast<const uint16_t*>(row);
-    emulated_warps->warp[w]->arrive_and_wait();
-    for (int j = 0; j < 4; ++j) {
-        const uint16_t* const* m = emulated_warps->rows[w] + 8 * j;  // matrix j's 8 rows
-        const int r8 = lane / 4, c2 = 2 * (lane % 4);
-        const uint16_t lo = kTransposed ? m[c2][r8] : m[r8][c2], hi = kTransposed ? m[c2 + 1][r8] : m[r8][c2 + 1];
-        r[j] = uint32_t(lo) | uint32_t(hi) << 16;
-    }
-    emulated_warps->warp[w]->arrive_and_wait();
-}
-
-template <DType kDType>
-inline float emulated_widen(uint32_t word, int half) {
-    const uint16_t bits = uint16_t(word >> (16 * half));
-    return kDType == DType::fp16 ? float(__builtin_bit_cast(_Float16, bits)) : __builtin_bit_cast(float, uint32_t(bits) << 16);
-}
-
-// A[i][k]: lane 4 (i % 8) + (k % 8) / 2, register i / 8 + 2 (k / 8), half k % 2;
-// B[k][n]: lane 4 n + (k % 8) / 2, register k / 8, half k % 2 (mma_sync.h's table).
-template <DType kDType>
-inline void emulated_mma_16x8x16(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    const int w = warp_of(), lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    for (int x = 0; x < 4; ++x) emulated_warps->a[w][lane][x] = a[x];
-    emulated_warps->b[w][lane][0] = b[0], emulated_warps->b[w][lane][1] = b[1];
-    emulated_warps->warp[w]->arrive_and_wait();
-    for (int c = 0; c < 4; ++c) {
-        const int i = g + 8 * (c / 2), n = 2 * t + c % 2;
-        float sum = 0.f;
-        for (int k = 0; k < 16; ++k) {
-            const float av = emulated_widen<kDType>(emulated_warps->a[w][4 * (i % 8) + (k % 8) / 2][i / 8 + 2 * (k / 8)], k % 2);
-            const float bv = emulated_widen<kDType>(emulated_warps->b[w][4 * n + (k % 8) / 2][k / 8], k % 2);
-            sum += av * bv;
-        }
-        acc[c] += sum;
-    }
-    emulated_warps->warp[w]->arrive_and_wait();
-}
 }  // namespace fmha
 
 inline float atomicAdd(float* address, float value) {

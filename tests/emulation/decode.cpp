@@ -1,15 +1,18 @@
-// The decode family's CUDA-core variants (kernels/decode/cuda_core.h) run on the host through
-// tests/emulation/hip at AMD's waves of 64 lanes (CDNA) and 32 (RDNA3): the AMD build's decode,
-// which no GPU here runs. Each variant the AMD launcher takes (two keys, few keys, the long-keys
+// The decode family on the host through tests/emulation/hip: its CUDA-core variants
+// (kernels/decode/cuda_core.h) at AMD's waves of 64 lanes (CDNA) and 32 (RDNA3), the AMD build's
+// decode, which no GPU here runs; and the tensor-core variant (kernels/decode/tensor_core.h) on
+// NVIDIA's warp MMAs, emulated from their documented layouts (warp_mma.h), whose code is otherwise
+// checked only on the device. Each variant the launchers take (two keys, few keys, the long-keys
 // loop with its key splits merged in the block and through the workspace by common/split.h's
-// combine kernel; 1, 2 and 4 rows a pass, more rows in passes; the run-time options' few- and
-// long-keys variants: softcapping, ALiBi, a paged cache) is checked against attention in double
-// precision from the same 16-bit inputs: GQA and MQA, causal with more queries than keys (rows
-// that see no key), a window, per-sequence key counts, pages in shuffled order, outputs and LSEs
-// poisoned before the launch. Built and run like backward.cpp (fmha_test.py does; Clang 15 or later):
+// combine kernel; 1, 2 and 4 rows a pass, more rows in passes; the tensor-core variant's staged
+// one-step items in passes of 8 and 16 rows and its loop; the run-time options' variants:
+// softcapping, ALiBi, a paged cache) is checked against attention in double precision from the
+// same 16-bit inputs: GQA and MQA, causal with more queries than keys (rows that see no key), a
+// window, per-sequence key counts, pages in shuffled order, outputs and LSEs poisoned before the
+// launch. Built and run like backward.cpp (fmha_test.py does; Clang 15 or later):
 //   clang++-17 -std=c++20 -O1 -Wno-psabi -pthread -I tests/emulation -I src -I generated \
 //       tests/emulation/decode.cpp -o /tmp/decode && /tmp/decode
-#include "hip/hip_runtime.h"
+#include "warp_mma.h"
 #include "hip/hip_runtime_api.h"
 
 #include <algorithm>
@@ -42,6 +45,7 @@ alignas(16) float4 block_shared[64 * 1024 / sizeof(float4)];
 #include "kernels/common/split.h"
 #include "kernels/decode/cuda_core.h"
 #include "kernels/decode/plan.h"
+#include "kernels/decode/tensor_core.h"
 
 using namespace fmha;
 using namespace fmha::decode;
@@ -68,6 +72,9 @@ void run_blocks(int64_t blocks, int threads, int lanes, Kernel kernel) {
         block.lanes = lanes;
         for (int w = 0; w < threads / lanes; ++w) block.wave[w] = waves.emplace_back(new std::barrier<>(lanes)).get();
         emulated_block = &block;
+        auto warps = std::make_unique<EmulatedWarps>();  // NVIDIA's warps of 32 (warp_mma.h)
+        for (int w = 0; w < threads / 32; ++w) warps->warp[w] = waves.emplace_back(new std::barrier<>(32)).get();
+        emulated_warps = warps.get();
         std::vector<std::thread> workers;  // a thread a lane
         for (int t = 0; t < threads; ++t)
             workers.emplace_back([&, t] {
@@ -132,7 +139,10 @@ bool run(const char* name, const Case& c, unsigned seed) {
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * sizeof(float);
 
     run_blocks(grid_blocks(plan.items, T::kGroups, T::kThreads), T::kThreads, wave_size(Config::arch),
-               [&] { attend_kernel<T, Config>(p, plan); });
+               [&] {
+                   if constexpr (T::kWarpMma) mma_attend_kernel<T, Config>(p, plan);
+                   else attend_kernel<T, Config>(p, plan);
+               });
     if (plan.workspace_splits > 1) {
         // (Its shuffles stay within teams of 8 lanes: the same on waves of 32 and 64.)
         const int64_t units = int64_t(c.batch) * c.hq * c.sq * (d / 8);
@@ -244,6 +254,27 @@ int main() {
     // ALiBi on both sides of the diagonal (no mask, more queries than one).
     ok &= run<B128, FewKeysWithOptions<B128>>("few keys, ALiBi both sides", {2, 4, 2, 3, 12, -1, true, 1 << 20, 0.f, true}, 19);
     ok &= run<B128, LongKeysWithOptions<B128>>("long keys, ALiBi both sides", {1, 4, 2, 4, 150, -1, false, 8, 0.f, true, 16}, 20);
+    // NVIDIA (sm90): the tensor-core variant on warp MMAs, warps of 32 lanes (decode.h's
+    // with_variant). Up to 16 keys its warps stage each next work item in shared memory, in passes
+    // of 8 rows or, up to d128, of 16 (more rows in more passes; rows that see no key); past them
+    // the loop, its splits merged in the block and through the workspace; paged plain launches;
+    // the run-time options.
+    using N64 = KernelConfig<DType::bf16, 64, HeadsKind::gqa, Mask::causal, Arch::sm90>;
+    using N128 = KernelConfig<DType::fp16, 128, HeadsKind::mha, Mask::causal, Arch::sm90>;
+    using N128NoMask = KernelConfig<DType::bf16, 128, HeadsKind::gqa, Mask::nomask, Arch::sm90>;
+    using N256 = KernelConfig<DType::fp16, 256, HeadsKind::mqa, Mask::causal, Arch::sm90>;
+    ok &= run<N64, MmaTraits<N64, 1, true>>("staged, passes of 8", {3, 8, 2, 2, 7, -1, true}, 31);
+    ok &= run<N64, MmaTraits<N64, 2, true>>("staged, a pass of 16", {3, 8, 1, 2, 16, -1, true}, 32);
+    ok &= run<N64, MmaTraits<N64, 2, true>>("staged, two passes of 16", {2, 16, 1, 2, 12}, 33);
+    ok &= run<N128, MmaTraits<N128, 2, true>>("staged, s_q > keys", {2, 4, 4, 11, 9, -1, true}, 34);
+    ok &= run<N128NoMask, MmaTraits<N128NoMask, 1, true>>("staged, no mask", {3, 8, 2, 3, 13, -1, true}, 35);
+    ok &= run<N256, MmaTraits<N256, 1, true>>("staged, d256 MQA", {2, 4, 1, 3, 5}, 36);
+    ok &= run<N128NoMask, MmaTraits<N128NoMask, 1>>("tensor-core loop, split in blocks", {2, 8, 2, 1, 300, -1, true, 16}, 37);
+    ok &= run<N64, MmaTraits<N64, 1>>("tensor-core loop, window", {1, 4, 2, 3, 200, 50, true, 8}, 38);
+    ok &= run<N128, MmaTraits<N128, 1>>("tensor-core loop, workspace", {1, 4, 2, 2, 600, -1, false, 64}, 39);
+    ok &= run<N128NoMask, WithPages<MmaTraits<N128NoMask, 1>>>("tensor-core loop, paged", {2, 8, 2, 1, 100, -1, true, 16, 0.f, false, 16}, 40);
+    ok &= run<N128, WithOptions<MmaTraits<N128, 1>>>("tensor-core loop, options", {2, 4, 4, 3, 150, 40, true, 8, 2.f, true, 16}, 41);
+    ok &= run<N64, WithOptions<MmaTraits<N64, 1>>>("tensor-core, options, few keys", {3, 8, 2, 2, 11, -1, true, 1 << 20, 0.f, true}, 42);
     std::printf("%s\n", ok ? "all cases match the reference" : "SOME CASES FAILED");
     return ok ? 0 : 1;
 }

@@ -25,6 +25,8 @@ __device__ inline Vector load_shared_volatile(const Vector* shared) {
         asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "r"(uint32_t(__cvta_generic_to_shared(shared))));
         return Vector{w[0], w[1]};
     }
+#elif defined(FMHA_EMULATED_MMA_SYNC)  // tests/emulation: a plain load, each lane a thread
+    return *shared;
 #else
     static_assert(sizeof(Vector) == 0, "written for NVIDIA archs only so far");
     return *shared;

@@ -196,8 +196,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
     extern __shared__ float4 block_shared[];  // split launches: BlockPartials; staged items: StagedRows
     const BlockPartials<T> block(reinterpret_cast<float*>(block_shared));
     StagedRows<T>& staged = reinterpret_cast<StagedRows<T>*>(block_shared)[T::kStagesItems ? warp_in_block : 0];
-    __shared__ typename QueryFragments<T>::Shared query_shared[T::kQueryInShared ? T::kGroups : 1];
-    __shared__ OptionSlots<T> option_slots[T::kOptions ? T::kGroups : 1];
+    // (static: the host emulation, tests/emulation/decode.cpp, declares shared memory so.)
+    static __shared__ typename QueryFragments<T>::Shared query_shared[T::kQueryInShared ? T::kGroups : 1];
+    static __shared__ OptionSlots<T> option_slots[T::kOptions ? T::kGroups : 1];
 
     // Staged items: copies the Q, K and V rows of the item at `index` into the warp's tiles
     // (zeros past its keys and rows; an index past the last item copies only zeros).

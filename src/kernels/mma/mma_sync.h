@@ -44,6 +44,8 @@ __device__ inline uint32_t transpose_8x8(uint32_t x) {
     uint32_t y;
     asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
     return y;
+#elif defined(FMHA_EMULATED_MMA_SYNC)
+    return emulated_transpose_8x8(x);
 #else
     static_assert(kDType != kDType, "movmatrix is an NVIDIA instruction");
     return x;
