@@ -399,6 +399,21 @@ def test_compare_short_grid_counts_each_builds_best_run(tmp_path):
     assert lines[-1] == "   1 " + " ".join(["-0.05"] * 8 + ["+0.36"] * 8)
 
 
+@pytest.mark.parametrize("source, kernel, fails", [
+    ("fmha_fwd_bf16_d128_gqa_causal_decode_sm90.hip", "_ZN4fmha6decode17mma_attend_kernelI", True),
+    ("fmha_fwd_bf16_d128_gqa_causal_mmaprefill_sm90.hip", "_ZN4fmha11mmaprefill11wgmma_kernelI", True),
+    ("fmha_fwd_fp16_d256_gqa_causal_decode_sm90.hip", "_ZN4fmha6decode13attend_kernelI", False),
+])
+def test_ptxas_guard_fails_a_tensor_core_kernels_spill(source, kernel, fails):
+    """cmake/ptxas_guard.sh (the NVIDIA build's compiler launcher) fails a compile whose ptxas
+    spills registers of a tensor-core kernel, decode's included, and passes a CUDA-core one's."""
+    message = f"ptxas warning : Registers are spilled to local memory in function '{kernel}X', 4 bytes spill stores"
+    result = subprocess.run(["bash", "cmake/ptxas_guard.sh", "sh", "-c", f"echo \"$0\" >&2", message, "-c", source],
+                            cwd=REPO, capture_output=True, text=True)
+    assert (result.returncode != 0) == fails, result.stderr
+    assert message in result.stderr
+
+
 # ---------------------------------------------------------------- set-up on a fresh machine
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="make deps installs packages as root")
@@ -569,7 +584,7 @@ GPU_RUNS = {
     "variable_lengths": ["-b", "7", "-h", "4", "-s", "300", "-min-s", "1", "-d", "128", "-causal-mask"],
     "long_decode": ["-b", "4", "-h", "8", "-gqa", "2", "-s", "16384", "-s-q", "1", "-d", "128"],
     # the short-key grid's variants: one row at 9-16 keys (the wide range), 12 and 16 rows per KV
-    # head at 3-4 keys (the 4-key range in passes of 4; causal rows past the keys see none)
+    # head at 3-4 keys (staged passes of 16 rows; causal rows past the keys see none), 6 rows at d256
     "short_keys_one_row_bf16": ["-b", "5000", "-h", "8", "-s", "13", "-s-q", "1", "-d", "128", "-bf16"],
     "short_keys_12_rows_gqa": ["-b", "777", "-h", "32", "-gqa", "8", "-s", "3", "-s-q", "3", "-d", "128"],
     "short_keys_16_rows_causal": ["-b", "999", "-h", "16", "-s", "4", "-s-q", "16", "-d", "64", "-causal-mask"],

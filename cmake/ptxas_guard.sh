@@ -2,7 +2,8 @@
 # The CUDA compiler launcher: runs one compile, shows what it printed, and fails it where ptxas
 # notes a "Potential Performance Loss" (serialized wgmma instructions, C7520 among them, or an
 # ignored register reallocation: info lines, which fail no build by themselves), or where a
-# tensor-core (mmaprefill, mmabwd) kernel spills registers to local memory.
+# tensor-core kernel (mmaprefill, mmabwd, decode's mma_attend_kernel) spills registers to local
+# memory.
 output=$("$@" 2>&1)
 status=$?
 [ -n "$output" ] && printf '%s\n' "$output" >&2
@@ -12,6 +13,10 @@ if [ $status -eq 0 ] && grep -q 'Potential Performance Loss' <<<"$output"; then
 fi
 if [ $status -eq 0 ] && [[ "$*" == *_mmaprefill_* || "$*" == *_mmabwd_* ]] && grep -q 'Registers are spilled' <<<"$output"; then
     echo "ptxas_guard: a tensor-core kernel above spills registers; this fails the build" >&2
+    exit 1
+fi
+if [ $status -eq 0 ] && grep 'Registers are spilled' <<<"$output" | grep -q 'mma_attend_kernel'; then
+    echo "ptxas_guard: a decode tensor-core kernel above spills registers; this fails the build" >&2
     exit 1
 fi
 exit $status
