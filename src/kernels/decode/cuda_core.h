@@ -144,7 +144,8 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
         // Slice s stores rows r with r % kSlices == s. A row that saw no key gets zeros.
         auto store_row = [&](int r) {
             if (!rows[r].valid || r % T::kSlices != slice) return;
-            // An IEEE division: with a fast reciprocal ptxas stored rows together, at up to 77 more registers (docs/decisions.md).
+            // An IEEE division: with a fast reciprocal ptxas stored the rows together, at up to 77
+            // more registers (docs/decisions.md).
             const float inv = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
 #pragma unroll
             for (int v = 0; v < V; ++v) {

@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
     extern __shared__ float4 block_shared[];  // split launches: BlockPartials; staged items: StagedRows
     const BlockPartials<T> block(reinterpret_cast<float*>(block_shared));
     StagedRows<T>& staged = reinterpret_cast<StagedRows<T>*>(block_shared)[T::kStagesItems ? warp_in_block : 0];
-    // (static: the host emulation, tests/emulation/decode.cpp, declares shared memory so.)
+    // (static: the host emulation's __shared__ is empty, and its lanes must share these too.)
     static __shared__ typename QueryFragments<T>::Shared query_shared[T::kQueryInShared ? T::kGroups : 1];
     static __shared__ OptionSlots<T> option_slots[T::kOptions ? T::kGroups : 1];
 
