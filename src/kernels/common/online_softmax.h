@@ -44,20 +44,15 @@ struct BoundedScores {
 // One online-softmax step: raises a row's running maximum to include step_max and returns the
 // factor that rescales what was accumulated under the old one. `reference` is what the step's
 // scores subtract before exp2: the new maximum, or 0 while every key so far is masked (-inf),
-// so that no inf - inf appears.
+// so that no inf - inf appears. kOnlyStep: the row's first and only step (one-step variants):
+// nothing is accumulated yet, so the factor is 1, without an exp2 (docs/decisions.md).
+template <bool kOnlyStep = false>
 __device__ inline float raise_max(float& running_max, float step_max, float& reference) {
-    const float new_max = fmaxf(running_max, step_max);
+    const float new_max = kOnlyStep ? step_max : fmaxf(running_max, step_max);
     reference = new_max == -INFINITY ? 0.f : new_max;
-    const float rescale = exp2f(running_max - reference);
+    const float rescale = kOnlyStep ? 1.f : exp2f(running_max - reference);
     running_max = new_max;
     return rescale;
-}
-
-// A row's first step (a one-step variant's only one): nothing is accumulated yet, so nothing
-// needs the rescale that raise_max would compute, an exp2 and a multiply per row and value.
-__device__ inline void first_max(float& running_max, float step_max, float& reference) {
-    running_max = step_max;
-    reference = step_max == -INFINITY ? 0.f : step_max;
 }
 
 // Merging another state (other_max, its sum and accumulators) into a running one: raises the

@@ -232,9 +232,8 @@ __global__ void __launch_bounds__(T::kThreads) attend_kernel(const FwdParams p, 
                 float step_max = score[0];
 #pragma unroll
                 for (int u = 1; u < S; ++u) step_max = fmaxf(step_max, score[u]);
-                float reference, rescale = 1.f;
-                if constexpr (T::kShortKeys) first_max(row_max[r], step_max, reference);
-                else rescale = raise_max(row_max[r], step_max, reference);
+                float reference;
+                const float rescale = raise_max<T::kShortKeys>(row_max[r], step_max, reference);
                 row_sum[r] *= rescale;
 #pragma unroll
                 for (int v = 0; v < V; ++v) {

@@ -417,9 +417,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                     float step_max = fmaxf(score[0], score[1]);
 #pragma unroll
                     for (int offset = 4; offset < 32; offset *= 2) step_max = fmaxf(step_max, __shfl_xor(step_max, offset));
-                    float reference, rescale = 1.f;
-                    if constexpr (T::kShortKeys) first_max(row_max[rt][e], step_max, reference);
-                    else rescale = raise_max(row_max[rt][e], step_max, reference);
+                    float reference;
+                    const float rescale = raise_max<T::kShortKeys>(row_max[rt][e], step_max, reference);
                     prob[e] = exp2_approx(score[0] - reference);
                     prob[2 + e] = exp2_approx(score[1] - reference);
                     row_sum[rt][e] = row_sum[rt][e] * rescale + prob[e] + prob[2 + e];  // this lane's part
