@@ -25,8 +25,8 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
     EXPECT_EQ(key_variant(9, 8), Keys::many);
     EXPECT_EQ(key_variant(3, 2), Keys::many);  // a group too narrow for a few-keys step
     // Plain launches beside warp MMAs: the narrow few-keys ranges up to 8 keys for the rows
-    // that passes of 8 would mostly leave empty (up to 4; at d64 and up to 4 keys also 9 to 12;
-    // at d128 and 5-8 keys up to 2), the wide range for one row up to its 16 keys, the
+    // that passes of 8 would mostly leave empty (up to 4; at d128 and 5-8 keys up to 2), the
+    // wide range for one row up to its 16 keys, the
     // tensor-core variant (staged items) for the rest; two keys keep theirs.
     EXPECT_EQ(key_variant(2, 16, true), Keys::two);
     EXPECT_EQ(key_variant(2, 16, true, 16), Keys::two);
@@ -35,8 +35,8 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
     EXPECT_EQ(key_variant(4, 16, true, 5), Keys::many);
     EXPECT_EQ(key_variant(4, 16, true, 12, false, 128), Keys::many);
     EXPECT_EQ(key_variant(3, 16, true, 8, false, 64), Keys::many);
-    EXPECT_EQ(key_variant(3, 16, true, 9, false, 64), Keys::few);   // three passes of 4 rows
-    EXPECT_EQ(key_variant(3, 16, true, 12, false, 64), Keys::few);
+    EXPECT_EQ(key_variant(3, 16, true, 9, false, 64), Keys::many);  // the staged pass of 16 rows
+    EXPECT_EQ(key_variant(3, 16, true, 12, false, 64), Keys::many);
     EXPECT_EQ(key_variant(3, 16, true, 13, false, 64), Keys::many);
     EXPECT_EQ(key_variant(8, 16, true, 4, false, 64), Keys::few);
     EXPECT_EQ(key_variant(8, 16, true, 2, false, 128), Keys::few);

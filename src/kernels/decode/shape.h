@@ -31,10 +31,10 @@ inline constexpr int kMaxFewKeys = 16;
 // (docs/decisions.md, "Decode: one-step items staged a work item ahead").
 inline constexpr int kMaxNarrowFewKeys = 8;
 // Whether a narrow range takes `rows` rows per KV head at seqlen_kv keys (3 to 8), in passes of 4:
-// up to 4 rows; at d64 also 9 to 12 (three passes of 4 against a second pass of 8 at most half
-// full); at 5-8 keys d128 only up to 2 (measured on the short-key grid).
+// up to 4 rows; at 5-8 keys d128 only up to 2 (measured on the short-key grid). (d64's 9-12 rows
+// at up to 4 keys, three passes of 4, now take the staged pass of 16 rows: docs/decisions.md.)
 constexpr bool narrow_few_takes(int seqlen_kv, int rows, int head_dim) {
-    return seqlen_kv <= 4 ? rows <= 4 || (head_dim <= 64 && rows > 8 && rows <= 12) : rows <= (head_dim <= 64 ? 4 : 2);
+    return seqlen_kv <= 4 ? rows <= 4 : rows <= (head_dim <= 64 ? 4 : 2);
 }
 // The 8-key range computes kMinNarrowSlots to 8 key slots a lane, by the launch's seqlen_kv (the
 // slots past it hold no key of any item): one straight-line copy of the step per slot count, one
