@@ -86,12 +86,12 @@ struct MmaTraits : BlockShape {
 __device__ inline uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
 // Staged items' rows in shared memory, [row][16-byte chunk], the chunks of row r permuted by
-// an XOR with (r & 6) ^ 4 (r & 1): the copies (a warp's lanes on consecutive chunks) and the
-// fragment reads (8 lanes a phase: two rows' 64 bytes for K and Q, four rows' 32 for V) then
-// meet no bank twice. The index of chunk c of row r:
+// an XOR with r & 7: the copies (a warp's lanes on consecutive chunks), the K and Q fragments'
+// matrix reads (ldmatrix: eight rows' chunk c a phase) and the V reads (8 lanes a phase: four
+// rows' 32 bytes) then meet no bank twice. The index of chunk c of row r:
 template <class T>
 __device__ inline int staged_chunk(int r, int c) {
-    return r * (T::kHeadDim / 8) + (c ^ (r & 6) ^ ((r & 1) << 2));
+    return r * (T::kHeadDim / 8) + (c ^ (r & 7));
 }
 
 // A lane's Q^T fragments (B of S^T = K Q^T), [row tile][vector]: in registers or, where
@@ -123,10 +123,14 @@ struct QueryFragments {
         if constexpr (kCopied) copy_async_wait_all();
     }
     __device__ uint4 get(int rt, int i) const {
-        // Staged items hold the same bytes as rows (StagedRows): row 8 rt + g, chunk 4i + t.
-        if constexpr (T::kStagesItems) return load_shared_volatile(&shared[0][0][0] + staged_chunk<T>(8 * rt + lane / 4, 4 * i + lane % 4));
-        else if constexpr (T::kQueryInShared) return load_shared_volatile(&shared[rt][i][lane]);
+        if constexpr (T::kQueryInShared) return load_shared_volatile(&shared[rt][i][lane]);
         else return registers[rt][i];
+    }
+    // Staged items hold Q as rows (StagedRows' layout): the B fragments (B[k][n] = Q[n][k]) of
+    // row tile rt for head dims 32i .. 32i + 31, two MMA steps of 16: {b0, b1} of the first,
+    // {b0, b1} of the second (ldmatrix: lane l reads row 8 rt + l % 8, chunk 4i + l / 8).
+    __device__ void staged_pair(int rt, int i, uint32_t (&b)[4]) const {
+        load_matrices_x4<false>(b, &shared[0][0][0] + staged_chunk<T>(8 * rt + lane % 8, 4 * i + lane / 8));
     }
 };
 
@@ -328,17 +332,24 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                 sync_warp();
             }
             // Every load of the step first: K keys base + g + 8h; V keys base + 2t + (s & 1) + 8 (s / 2)
-            // (a staged item's from its tiles, whose rows start at base).
+            // (a staged item's from its tiles, whose rows start at base: K as the MMAs' A fragments
+            // of head dims 16 m .. 16 m + 15, ldmatrix's lane l reading key l % 8 + 8 (l / 8 % 2),
+            // chunk 2 m + l / 16, so that no register moves build them).
             uint4 k[2][KV], v[4][VV];
+            [[maybe_unused]] uint32_t k_staged[kTiles][4];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int key = base + g + 8 * h;
 #pragma unroll
                 for (int i = 0; i < KV; ++i) {
-                    if constexpr (T::kStagesItems) k[h][i] = load_shared_volatile(&staged.k[staged_chunk<T>(g + 8 * h, 4 * i + t)]);
-                    else k[h][i] = key < kv_hi ? *reinterpret_cast<const uint4*>(k_row(key) + (4 * i + t) * 8)
-                                               : make_uint4(0, 0, 0, 0);
+                    if constexpr (!T::kStagesItems)
+                        k[h][i] = key < kv_hi ? *reinterpret_cast<const uint4*>(k_row(key) + (4 * i + t) * 8) : make_uint4(0, 0, 0, 0);
                 }
+            }
+            if constexpr (T::kStagesItems) {
+#pragma unroll
+                for (int m = 0; m < kTiles; ++m)
+                    load_matrices_x4<false>(k_staged[m], &staged.k[staged_chunk<T>(lane % 8 + 8 * (lane / 8 % 2), 2 * m + lane / 16)]);
             }
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
@@ -373,6 +384,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
                 float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                 for (int i = 0; i < KV; ++i) {
+                    if constexpr (T::kStagesItems) {
+                        uint32_t qb[4];
+                        q.staged_pair(rt, i, qb);
+#pragma unroll
+                        for (int half = 0; half < 2; ++half) {
+                            const uint32_t b[2] = {qb[2 * half], qb[2 * half + 1]};
+                            mma_16x8x16<kDType>(s, k_staged[2 * i + half], b);
+                        }
+                        continue;
+                    }
                     const uint4 qi = q.get(rt, i);
 #pragma unroll
                     for (int half = 0; half < 2; ++half) {
