@@ -172,6 +172,11 @@ class KernelConfig:
         return config
 
 
+def backward_families():
+    """The backward families in order of preference: a fallback after the family it backs."""
+    return sorted((f for f in FAMILIES.values() if f.direction == "bwd"), key=lambda f: bool(f.fallback_for))
+
+
 def known_values():
     """The values each field other than head_dim may take."""
     return {"dtype": DTYPES, "heads": HEADS_KINDS, "mask": MASKS, "family": FAMILIES, "arch": ARCHS}

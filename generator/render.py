@@ -8,7 +8,7 @@ from pathlib import Path
 import jinja2
 
 from .archs import ARCHS, MATRIX_CORES, PLATFORMS
-from .catalogue import DTYPES, FAMILIES, HEADS_KINDS, MASKS
+from .catalogue import DTYPES, FAMILIES, HEADS_KINDS, MASKS, backward_families
 from .wgmma import statements as wgmma_statements
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -65,7 +65,7 @@ def render_all(configs, selection):
                          if c.platform == platform and c.direction == "bwd"])
     files["fmha_catalogue.h"] = env.get_template("fmha_catalogue.h.j2").render(
         dtypes=DTYPES, heads_kinds=HEADS_KINDS, masks=MASKS, families=list(FAMILIES.values()),
-        archs=list(ARCHS.values()), platforms=PLATFORMS, matrix_cores=MATRIX_CORES)
+        backward_families=backward_families(), archs=list(ARCHS.values()), platforms=PLATFORMS, matrix_cores=MATRIX_CORES)
     files["kernels.cmake"] = env.get_template("kernels.cmake.j2").render(
         archs=list(ARCHS.values()),
         kernels_by_arch={a: [c.name for c in configs if c.arch == a] for a in ARCHS})

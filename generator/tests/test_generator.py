@@ -14,7 +14,7 @@ from generator import cli
 from generator.archs import ARCHS, MATRIX_CORES
 from generator import catalogue
 from generator.catalogue import (DEFAULT_AXES, DTYPES, FAMILIES, HEADS_KINDS, MASKS, Family, KernelConfig,
-                                 enumerate_configs, offered, select, validate)
+                                 backward_families, enumerate_configs, offered, select, validate)
 from generator.render import environment, render_all, write_all
 
 
@@ -249,6 +249,16 @@ def test_arch_facts_reach_the_header_in_enum_order():
         assert arch.matrix_core in MATRIX_CORES
         assert row.startswith(f"{{ Platform::{arch.platform}, {arch.wave_size}, {arch.vector_bytes}, "
                               f"MatrixCore::{arch.matrix_core}, ")
+
+
+def test_backward_families_reach_the_header_fallbacks_last():
+    header = render_all(default_configs(), {"add": {}, "only": False, "filter": "*"})["fmha_catalogue.h"]
+    names = [f.name for f in backward_families()]
+    assert sorted(names) == sorted(n for n, f in FAMILIES.items() if f.direction == "bwd")
+    for name in names:  # a fallback comes after the family it backs
+        backed = FAMILIES[name].fallback_for
+        assert not backed or names.index(backed) < names.index(name)
+    assert ("kBackwardFamilies[] = { " + ", ".join(f"Family::{n}" for n in names) + " };") in header
 
 
 def test_writes_only_changed_files_and_removes_stale_kernels(tmp_path):

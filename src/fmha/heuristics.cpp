@@ -18,8 +18,7 @@ bool heads_fit(HeadsKind kernel, const Problem& p) {
     return kernel == HeadsKind::gqa || kernel == p.heads_kind();
 }
 
-// The backward's families, in order of preference: the matrix cores' loop, else the CUDA cores'.
-constexpr Family kBackwardFamilies[] = {Family::mmabwd, Family::simtbwd};
+// kBackwardFamilies (generated): the matrix cores' loop, else the CUDA cores'.
 bool is_backward(Family family) {
     return std::find(std::begin(kBackwardFamilies), std::end(kBackwardFamilies), family) != std::end(kBackwardFamilies);
 }
