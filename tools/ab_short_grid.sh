@@ -25,9 +25,15 @@ done
 for i in "${!changes[@]}"; do
     (cd "/tmp/ab_${changes[$i]}" && patch -s -p1 < "${patches[$i]}") || { echo "ab_short_grid.sh: ${patches[$i]} does not apply" >&2; exit 2; }
 done
+# The builds run side by side: each one's tail is a few long kernel compiles and serial links.
+pids=()
 for build in main "${changes[@]}"; do
-    (cd "/tmp/ab_$build" && python3 setup.py "${narrow[@]}" > /dev/null && make build JOBS="${JOBS:-16}") > "$OUT/build_$build.log" 2>&1 ||
-        { tail -30 "$OUT/build_$build.log"; exit 1; }
+    (cd "/tmp/ab_$build" && python3 setup.py "${narrow[@]}" > /dev/null && make build JOBS="${JOBS:-16}") > "$OUT/build_$build.log" 2>&1 &
+    pids+=($!)
+done
+builds=(main "${changes[@]}")
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { tail -30 "$OUT/build_${builds[$i]}.log"; exit 1; }
 done
 date -u
 for build in "${changes[@]}"; do
