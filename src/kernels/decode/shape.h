@@ -31,8 +31,8 @@ inline constexpr int kMaxFewKeys = 16;
 // (docs/decisions.md, "Decode: one-step items staged a work item ahead").
 inline constexpr int kMaxNarrowFewKeys = 8;
 // Whether a narrow range takes `rows` rows per KV head at seqlen_kv keys (3 to 8), in passes of 4:
-// up to 4 rows; at 5-8 keys d128 only up to 2 (measured on the short-key grid). (d64's 9-12 rows
-// at up to 4 keys, three passes of 4, now take the staged pass of 16 rows: docs/decisions.md.)
+// up to 4 rows; at 5-8 keys d128 only up to 2 (measured on the short-key grid; more rows take the
+// staged passes, d64's 9-12 rows too: docs/decisions.md).
 constexpr bool narrow_few_takes(int seqlen_kv, int rows, int head_dim) {
     return seqlen_kv <= 4 ? rows <= 4 : rows <= (head_dim <= 64 ? 4 : 2);
 }
