@@ -138,7 +138,10 @@ bool run(const char* name, const Case& c, unsigned seed) {
     std::vector<float> workspace(workspace_bytes(p, plan.workspace_splits) / sizeof(float));
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * sizeof(float);
 
-    run_blocks(grid_blocks(plan.items, T::kGroups, T::kThreads), T::kThreads, wave_size(Config::arch),
+    // A staged variant's warps walk the items, as launch_variant's wave of resident blocks does.
+    const int64_t blocks = grid_blocks(plan.items, T::kGroups, T::kThreads);
+    run_blocks(T::kStagesItems ? std::min<int64_t>(blocks, std::max<int64_t>(1, c.resident_groups / T::kGroups)) : blocks,
+               T::kThreads, wave_size(Config::arch),
                [&] {
                    if constexpr (T::kWarpMma) mma_attend_kernel<T, Config>(p, plan);
                    else attend_kernel<T, Config>(p, plan);
@@ -268,6 +271,9 @@ int main() {
     ok &= run<N64, MmaTraits<N64, 2, true>>("staged, two passes of 16", {2, 16, 1, 2, 12}, 33);
     ok &= run<N128, MmaTraits<N128, 2, true>>("staged, s_q > keys", {2, 4, 4, 11, 9, -1, true}, 34);
     ok &= run<N128NoMask, MmaTraits<N128NoMask, 1, true>>("staged, no mask", {3, 8, 2, 3, 13, -1, true}, 35);
+    // One block's warps walking every item: each copies its next item while it computes one.
+    ok &= run<N64, MmaTraits<N64, 1, true>>("staged, warps walking items", {5, 8, 2, 3, 11, -1, true, 4}, 44);
+    ok &= run<N128, MmaTraits<N128, 2, true>>("staged, passes of 16 walking", {4, 6, 2, 4, 7, -1, true, 4}, 45);
     ok &= run<N256, MmaTraits<N256, 1, true>>("staged, d256 MQA", {2, 4, 1, 3, 5}, 36);
     ok &= run<N128NoMask, MmaTraits<N128NoMask, 1>>("tensor-core loop, split in blocks", {2, 8, 2, 1, 300, -1, true, 16}, 37);
     ok &= run<N64, MmaTraits<N64, 1>>("tensor-core loop, window", {1, 4, 2, 3, 200, 50, true, 8}, 38);
