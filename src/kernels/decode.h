@@ -115,10 +115,7 @@ hipError_t launch_variant(const FwdParams& p, hipStream_t stream) {
     const size_t workspace = workspace_bytes(p, plan.workspace_splits);
     if (workspace > 0 && (p.workspace == nullptr || p.workspace_bytes < workspace)) return hipErrorInvalidValue;
     const size_t shared = T::kStagesItems || plan.block_splits > 1 ? dynamic_shared_bytes<T>() : 0;
-    // A staged variant's warps walk the items persistently: at most one wave of blocks.
-    const int64_t blocks = T::kStagesItems ? std::min<int64_t>(grid_blocks(plan.items, T::kGroups, T::kThreads), resident)
-                                           : grid_blocks(plan.items, T::kGroups, T::kThreads);
-    attend_kernel_of<T, Config>()<<<unsigned(blocks), T::kThreads, shared, stream>>>(p, plan);
+    attend_kernel_of<T, Config>()<<<unsigned(launch_blocks<T>(plan, resident)), T::kThreads, shared, stream>>>(p, plan);
     if (workspace == 0) return hipGetLastError();
     if (const hipError_t err = hipGetLastError(); err != hipSuccess) return err;
     return launch_combine<Config>(p, plan.workspace_splits, stream);

@@ -138,10 +138,8 @@ bool run(const char* name, const Case& c, unsigned seed) {
     std::vector<float> workspace(workspace_bytes(p, plan.workspace_splits) / sizeof(float));
     p.workspace = workspace.data(), p.workspace_bytes = workspace.size() * sizeof(float);
 
-    // A staged variant's warps walk the items, as launch_variant's wave of resident blocks does.
-    const int64_t blocks = grid_blocks(plan.items, T::kGroups, T::kThreads);
-    run_blocks(T::kStagesItems ? std::min<int64_t>(blocks, std::max<int64_t>(1, c.resident_groups / T::kGroups)) : blocks,
-               T::kThreads, wave_size(Config::arch),
+    // launch_variant's grid: a staged variant's warps walk the items in one wave of resident blocks.
+    run_blocks(launch_blocks<T>(plan, std::max<int64_t>(1, c.resident_groups / T::kGroups)), T::kThreads, wave_size(Config::arch),
                [&] {
                    if constexpr (T::kWarpMma) mma_attend_kernel<T, Config>(p, plan);
                    else attend_kernel<T, Config>(p, plan);

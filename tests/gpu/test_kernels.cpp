@@ -110,8 +110,8 @@ std::vector<GpuCase> cases_for(const KernelKey& key) {
         }
     }
     if (key.family == Family::decode) {
-        // More staged items than a wave of resident warps: each warp walks several, copying its
-        // next item while it computes one (the first head shape: 3,000 items or more).
+        // More items than a wave of resident warps (3,000 or more at the first head shape): a
+        // staged variant's warps walk several, copying the next item while they compute one.
         const auto [h, h_kv] = head_shapes(key.heads).front();
         cases.push_back({make(key, 1000, h, h_kv, 9, 5), {}, seed++});
     }

@@ -26,8 +26,8 @@ TEST(DecodeVariants, KeyRangesPickTheirVariant) {
     EXPECT_EQ(key_variant(3, 2), Keys::many);  // a group too narrow for a few-keys step
     // Plain launches beside warp MMAs: the narrow few-keys ranges up to 8 keys for the rows
     // that passes of 8 would mostly leave empty (up to 4; at d128 and 5-8 keys up to 2), the
-    // wide range for one row up to its 16 keys, the
-    // tensor-core variant (staged items) for the rest; two keys keep theirs.
+    // wide range for one row up to its 16 keys, the tensor-core variant (staged items) for the
+    // rest; two keys keep theirs.
     EXPECT_EQ(key_variant(2, 16, true), Keys::two);
     EXPECT_EQ(key_variant(2, 16, true, 16), Keys::two);
     EXPECT_EQ(key_variant(3, 16, true), Keys::few);

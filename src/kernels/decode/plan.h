@@ -9,6 +9,7 @@
 
 #include "fmha/params.h"
 #include "kernels/common/fast_divisor.h"
+#include "kernels/common/schedule.h"
 #include "kernels/decode/shape.h"
 
 namespace fmha {
@@ -102,6 +103,14 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
     plan.by_heads_kv = FastDivisor(p.heads_kv);
     plan.by_seqlen_q = FastDivisor(p.seqlen_q);
     return plan;
+}
+
+// The blocks a launch of variant T takes for `plan`: one per kGroups items, or, for a staged
+// variant, whose warps walk the items persistently, at most the `resident` blocks of one wave.
+template <class T>
+int64_t launch_blocks(const Plan& plan, int64_t resident) {
+    const int64_t blocks = grid_blocks(plan.items, T::kGroups, T::kThreads);
+    return T::kStagesItems ? std::min(blocks, resident) : blocks;
 }
 
 }  // namespace decode
