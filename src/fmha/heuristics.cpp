@@ -18,7 +18,7 @@ bool heads_fit(HeadsKind kernel, const Problem& p) {
     return kernel == HeadsKind::gqa || kernel == p.heads_kind();
 }
 
-// kBackwardFamilies (generated): the matrix cores' loop, else the CUDA cores'.
+// kBackwardFamilies: generated into fmha_catalogue.h from the generator's families.
 bool is_backward(Family family) {
     return std::find(std::begin(kBackwardFamilies), std::end(kBackwardFamilies), family) != std::end(kBackwardFamilies);
 }
