@@ -41,6 +41,17 @@ inline void emulated_load_matrices_x4(uint32_t (&r)[4], const void* row) {
     emulated_warps->warp[w]->arrive_and_wait();
 }
 
+// stmatrix .x4: lane l writes row l % 8 of matrix l / 8 (its address) from the four lanes that
+// hold that row's column pairs in register l / 8.
+inline void emulated_store_matrices_x4(const uint32_t (&r)[4], void* row) {
+    const int w = warp_of(), lane = threadIdx.x % 32;
+    for (int j = 0; j < 4; ++j) emulated_warps->a[w][lane][j] = r[j];
+    emulated_warps->warp[w]->arrive_and_wait();
+    auto* out = static_cast<uint32_t*>(row);
+    for (int t = 0; t < 4; ++t) out[t] = emulated_warps->a[w][4 * (lane % 8) + t][lane / 8];
+    emulated_warps->warp[w]->arrive_and_wait();
+}
+
 // movmatrix .trans: lane 4 r + t receives column r, rows 2t and 2t + 1, of the matrix whose row
 // r, columns 2t and 2t + 1, lane 4 r + t held.
 inline uint32_t emulated_transpose_8x8(uint32_t x) {

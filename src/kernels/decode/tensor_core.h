@@ -60,16 +60,19 @@ struct MmaTraits : BlockShape {
     static constexpr bool kWarpMma = true;
     static constexpr bool kStagesItems = StagesItems;
     static constexpr bool kShortKeys = StagesItems;  // one step: no loop, no key splits
+    // Staged items of two row tiles run staged_rows_kernel (decode/staged_rows.h), rows as M.
+    static constexpr bool kRowsAsM = StagesItems && RowTiles == 2;
     static constexpr Keys kKeys = Keys::many;
     static constexpr int kKeyRange = StagesItems ? kKeysPerStep : INT32_MAX;
     // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per multiprocessor,
     // or one wide block; asking for it measured faster on the long-KV cases (docs/decisions.md).
     // Head dim 256 (one row tile) takes up to 255: 2 blocks, each warp's 16 KB step in flight.
-    // Staged items of two row tiles at head dim 128 take 3 blocks (168 registers): at 4 they spilled.
+    // Staged items of two row tiles (staged_rows_kernel) fit 96 registers at head dim 64: 5 blocks;
+    // at 128 shared memory holds them to 3 blocks (16 KB a warp), which leaves 168 registers.
     static constexpr int kMinBlocks = Warps > 4             ? 1
                                       : kHeadDim > 128      ? 2
                                       : RowTiles == 1       ? (StagesItems && kHeadDim <= 64 ? 5 : 4)
-                                      : StagesItems         ? (kHeadDim > 64 ? 3 : 4)
+                                      : StagesItems         ? (kHeadDim > 64 ? 3 : 5)
                                                             : 1;
     // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
     // of the key loop measured faster; two row tiles (registers to spare at 1 block per
@@ -183,6 +186,30 @@ struct ItemKeys {
     int kv_lo, kv_hi;
 };
 
+// Staged items: copies the Q rows (T::kRows, into q_tile) and the K and V rows of the item at
+// `index` into a warp's tiles (zeros past its keys and rows; an index past the last item copies
+// only zeros).
+template <class T, bool kMasked>
+__device__ inline ItemKeys stage_item(const FwdParams& p, const Plan& plan, int64_t index, uint4* q_tile, StagedRows<T>& staged,
+                                      int lane) {
+    ItemKeys at{locate<false>(p, plan, index)};
+    pass_key_range<kMasked>(p, plan, at.item, T::kRows, at.kv_lo, at.kv_hi);
+    copy_rows<T, T::kRows>(q_tile, lane, [&](int r) {
+        const QueryRow row = query_row(p, plan, at.item, at.item.pass * T::kRows + r);
+        return GlobalRow{row_start(static_cast<const uint16_t*>(p.q), p.q_strides, nullptr, at.item.batch, row.head, row.position),
+                         row.valid};
+    });
+    const uint16_t* k_rows = row_start(static_cast<const uint16_t*>(p.k), p.k_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
+    const uint16_t* v_rows = row_start(static_cast<const uint16_t*>(p.v), p.v_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
+    copy_rows<T, T::kKeysPerStep>(staged.k, lane, [&](int r) {
+        return GlobalRow{k_rows + int64_t(r) * p.k_strides.row, at.kv_lo + r < at.kv_hi};
+    });
+    copy_rows<T, T::kKeysPerStep>(staged.v, lane, [&](int r) {
+        return GlobalRow{v_rows + int64_t(r) * p.v_strides.row, at.kv_lo + r < at.kv_hi};
+    });
+    return at;
+}
+
 template <class T, class Config>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(const FwdParams p, const Plan plan) {
     constexpr DType kDType = Config::dtype;
@@ -204,24 +231,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
     static __shared__ typename QueryFragments<T>::Shared query_shared[T::kQueryInShared ? T::kGroups : 1];
     static __shared__ OptionSlots<T> option_slots[T::kOptions ? T::kGroups : 1];
 
-    // Staged items: copies the Q, K and V rows of the item at `index` into the warp's tiles
-    // (zeros past its keys and rows; an index past the last item copies only zeros).
+    // Staged items: copies the item at `index` into the warp's tiles.
     [[maybe_unused]] auto stage = [&](int64_t index) {
-        ItemKeys at{locate<false>(p, plan, index)};
-        pass_key_range<kMasked>(p, plan, at.item, T::kRows, at.kv_lo, at.kv_hi);
-        copy_rows<T, T::kRows>(&query_shared[warp_in_block][0][0][0], lane, [&](int r) {
-            const QueryRow row = query_row(p, plan, at.item, at.item.pass * T::kRows + r);
-            return GlobalRow{row_start(q_base, p.q_strides, nullptr, at.item.batch, row.head, row.position), row.valid};
-        });
-        const uint16_t* k_rows = row_start(k_base, p.k_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
-        const uint16_t* v_rows = row_start(v_base, p.v_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
-        copy_rows<T, T::kKeysPerStep>(staged.k, lane, [&](int r) {
-            return GlobalRow{k_rows + int64_t(r) * p.k_strides.row, at.kv_lo + r < at.kv_hi};
-        });
-        copy_rows<T, T::kKeysPerStep>(staged.v, lane, [&](int r) {
-            return GlobalRow{v_rows + int64_t(r) * p.v_strides.row, at.kv_lo + r < at.kv_hi};
-        });
-        return at;
+        return stage_item<T, kMasked>(p, plan, index, &query_shared[warp_in_block][0][0][0], staged, lane);
     };
     // Their warps walk the items persistently (the launch has at most a resident wave of
     // blocks); each item's copies were issued during the warp's previous item.

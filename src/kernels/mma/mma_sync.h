@@ -73,6 +73,22 @@ __device__ inline void load_matrices_x4(uint32_t (&r)[4], const void* row) {
 #endif
 }
 
+// The inverse of load_matrices_x4<false> (stmatrix .x4, sm_90 on): register j of lane 4 * r + t,
+// row r, columns 2t and 2t + 1 of matrix j, goes to shared memory, lane l giving the address of
+// row l % 8 of matrix l / 8. So C fragments, packed to 16 bits, leave as rows.
+template <DType kDType>
+__device__ inline void store_matrices_x4(const uint32_t (&r)[4], void* row) {
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};"
+                 :: "r"(address), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+#elif defined(FMHA_EMULATED_MMA_SYNC)
+    emulated_store_matrices_x4(r, row);
+#else
+    static_assert(kDType != kDType, "stmatrix is an NVIDIA instruction");
+#endif
+}
+
 // Operands of m16n8k16 from a row-major shared-memory matrix M (16-bit elements, `stride`
 // elements a row), for the 16 x 16 block at (row0, col0):
 //   A = the block                        load_a<false>      A = its transpose           load_a<true>
