@@ -56,16 +56,17 @@ namespace decode {
 
 template <class T, class Config>
 constexpr auto attend_kernel_of() {
-    if constexpr (!T::kWarpMma) return &attend_kernel<T, Config>;
-    else if constexpr (T::kRowsAsM) return &staged_rows_kernel<T, Config>;
-    else return &mma_attend_kernel<T, Config>;
+    if constexpr (T::kRowsAsM) return &staged_rows_kernel<T, Config>;
+    else if constexpr (T::kWarpMma) return &mma_attend_kernel<T, Config>;
+    else return &attend_kernel<T, Config>;
 }
 
 // The dynamic shared memory of a launch: a staged variant's K/V tiles, else a split launch's merge
 // buffer (where it has one).
 template <class T>
 constexpr size_t dynamic_shared_bytes() {
-    if constexpr (T::kStagesItems) return sizeof(StagedRows<T>) * T::kGroups;
+    if constexpr (T::kRowsAsM) return sizeof(RowsAsMTiles<T>) * T::kGroups;
+    else if constexpr (T::kStagesItems) return sizeof(StagedRows<T>) * T::kGroups;
     else return kMergeSharedBytes<T>;
 }
 

@@ -38,7 +38,7 @@ inline thread_local dim3 blockDim;
 #undef __shared__
 #define __shared__
 namespace fmha::decode {
-alignas(16) float4 block_shared[64 * 1024 / sizeof(float4)];
+alignas(16) float4 block_shared[128 * 1024 / sizeof(float4)];
 }  // namespace fmha::decode
 
 #include "fmha_catalogue.h"
@@ -142,9 +142,9 @@ bool run(const char* name, const Case& c, unsigned seed) {
     // launch_variant's grid: a staged variant's warps walk the items in one wave of resident blocks.
     run_blocks(launch_blocks<T>(plan, std::max<int64_t>(1, c.resident_groups / T::kGroups)), T::kThreads, wave_size(Config::arch),
                [&] {
-                   if constexpr (!T::kWarpMma) attend_kernel<T, Config>(p, plan);
-                   else if constexpr (T::kRowsAsM) staged_rows_kernel<T, Config>(p, plan);  // as decode.h's attend_kernel_of
-                   else mma_attend_kernel<T, Config>(p, plan);
+                   if constexpr (T::kRowsAsM) staged_rows_kernel<T, Config>(p, plan);  // as decode.h's attend_kernel_of
+                   else if constexpr (T::kWarpMma) mma_attend_kernel<T, Config>(p, plan);
+                   else attend_kernel<T, Config>(p, plan);
                });
     if (plan.workspace_splits > 1) {
         // (Its shuffles stay within teams of 8 lanes: the same on waves of 32 and 64.)

@@ -104,6 +104,8 @@ struct BlockShape {
     // Whether the variant's warps copy their next work item into shared memory while they
     // compute one (the tensor-core variant's one-step launches, decode/tensor_core.h).
     static constexpr bool kStagesItems = false;
+    // Whether staged items take 16 rows with the rows as the MMAs' M (decode/staged_rows.h).
+    static constexpr bool kRowsAsM = false;
 };
 
 // Variant Base that also takes the run-time options, each behind a branch uniform over the

@@ -1,10 +1,9 @@
-// The staged one-step items of 16 rows (MmaTraits<.., 2, true>, 9-16 query rows per KV head up
-// to head dim 128) with the rows as the MMAs' M dimension: S = Q K^T and O = P V in m16n8k16
-// tiles of 16 rows, so that a lane holds two rows (not four), P's A fragments are S's
-// accumulators packed (no transpose) and V's B fragments come by ldmatrix .trans (no register
-// moves); the finished rows go through shared memory (stmatrix) and leave as 16-byte stores, two
-// lanes a row, each lane locating one row (docs/decisions.md, "Staged items of 16 rows with the
-// rows as M").
+// The staged one-step items of 16 rows (MmaTraits<.., 2, true>: 9-16 query rows per KV head) with
+// the rows as the MMAs' M dimension: S = Q K^T and O = P V in m16n8k16 tiles of 16 rows, so that
+// a lane holds two rows (not four), P's A fragments are S's accumulators packed (no transpose) and
+// V's B fragments come by ldmatrix .trans (no register moves); the finished rows go through
+// shared memory (stmatrix) and leave as 16-byte stores, two lanes a row, each lane locating one
+// row (docs/decisions.md, "Staged items of 16 rows with the rows as M").
 #pragma once
 
 #include "kernels/decode/tensor_core.h"
@@ -12,28 +11,39 @@
 namespace fmha {
 namespace decode {
 
+// Head dim 256 computes O in two parts of 128 head dims: 16 rows of all 256 would hold 128
+// accumulators a lane.
+template <class T>
+inline constexpr int kOutputParts = T::kHeadDim > 128 ? 2 : 1;
+
+// A warp's tiles, [row][16-byte chunk] (swizzled as staged_chunk): Q's 16 rows, K's and V's 16
+// keys, and one output part's 16 rows on their way out.
+template <class T>
+struct RowsAsMTiles {
+    static constexpr int kChunks = T::kHeadDim / 8, kPartChunks = kChunks / kOutputParts<T>;
+    uint4 q[16 * kChunks], k[16 * kChunks], v[16 * kChunks], o[16 * kPartChunks];
+};
+
 template <class T, class Config>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel(const FwdParams p, const Plan plan) {
     constexpr DType kDType = Config::dtype;
     using Numeric = DTypeTraits<kDType>;
-    constexpr int kRows = 16, kChunks = T::kHeadDim / 8;
+    using Tiles = RowsAsMTiles<T>;
+    constexpr int kRows = 16, kChunks = Tiles::kChunks, kPartChunks = Tiles::kPartChunks;
     constexpr bool kMasked = Config::mask == Mask::causal;
-    static_assert(T::kStagesItems && T::kRows == kRows && T::kKeysPerStep == 16 && !T::kOptions, "16 rows at up to 16 keys");
+    static_assert(T::kRowsAsM && T::kRows == kRows && T::kKeysPerStep == 16 && !T::kOptions, "16 rows at up to 16 keys");
 
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_in_block = threadIdx.x / 32;
     const float scale_log2 = p.scale * kLog2e;
     extern __shared__ float4 block_shared[];
-    StagedRows<T>& staged = reinterpret_cast<StagedRows<T>*>(block_shared)[warp_in_block];
-    // Q rows, and the finished rows on their way out (static: the host emulation's lanes share these).
-    static __shared__ uint4 q_tiles[T::kGroups][kRows * kChunks], o_tiles[T::kGroups][kRows * kChunks];
-    uint4* const q_tile = q_tiles[warp_in_block];
-    uint4* const o_tile = o_tiles[warp_in_block];
+    Tiles& tiles = reinterpret_cast<Tiles*>(block_shared)[warp_in_block];
     // This lane's matrix row for ldmatrix / stmatrix over 16 rows and two chunks: lane l gives
     // row l % 8 + 8 ((l / 8) % 2) of chunk l / 16 (the A operand's and C's order).
     const int m_row = lane % 8 + 8 * (lane / 8 % 2), m_chunk = lane / 16;
+    auto stage = [&](int64_t index) { return stage_item<T, kMasked>(p, plan, index, tiles.q, tiles.k, tiles.v, lane); };
 
-    ItemKeys next = stage_item<T, kMasked>(p, plan, int64_t(blockIdx.x) * T::kGroups + warp_in_block, q_tile, staged, lane);
+    ItemKeys next = stage(int64_t(blockIdx.x) * T::kGroups + warp_in_block);
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items; first += int64_t(gridDim.x) * T::kGroups) {
         const WorkItem item = next.item;
         const int kv_lo = next.kv_lo, kv_hi = next.kv_hi;
@@ -46,21 +56,21 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
 #pragma unroll
         for (int i = 0; i < kChunks / 2; ++i) {
             uint32_t a[4], b[4];
-            load_matrices_x4<false>(a, &q_tile[staged_chunk<T>(m_row, 2 * i + m_chunk)]);
+            load_matrices_x4<false>(a, &tiles.q[staged_chunk<T>(m_row, 2 * i + m_chunk)]);
             // B[k][n] = K[n][k]: matrices (keys 0-7 | 8-15) x (chunk 2i | 2i + 1), the first n tile's two first.
-            load_matrices_x4<false>(b, &staged.k[staged_chunk<T>(lane % 8 + 8 * (lane / 16), 2 * i + lane / 8 % 2)]);
+            load_matrices_x4<false>(b, &tiles.k[staged_chunk<T>(lane % 8 + 8 * (lane / 16), 2 * i + lane / 8 % 2)]);
             mma_16x16x16<kDType>(s[0], s[1], a, b);
         }
         // V's B fragments (B[k][n] = V[k][n], read transposed), two n tiles of 8 head dims each.
         uint32_t vb[kChunks / 2][4];
 #pragma unroll
-        for (int c = 0; c < kChunks / 2; ++c) load_matrices_x4<true>(vb[c], &staged.v[staged_chunk<T>(m_row, 2 * c + m_chunk)]);
+        for (int c = 0; c < kChunks / 2; ++c) load_matrices_x4<true>(vb[c], &tiles.v[staged_chunk<T>(m_row, 2 * c + m_chunk)]);
         // Every tile is read: the warp's next item's copies may go out.
         sync_warp();
-        next = stage_item<T, kMasked>(p, plan, first + int64_t(gridDim.x) * T::kGroups + warp_in_block, q_tile, staged, lane);
+        next = stage(first + int64_t(gridDim.x) * T::kGroups + warp_in_block);
 
         // The one-step softmax per row; a row's 16 scores are spread over the 4 lanes of its g.
-        float row_max[2], row_sum[2];
+        float row_max[2], row_sum[2], inv[2];
         uint32_t pa[4];  // P as A: rows g | g + 8, keys 2t | 8 + 2t
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -84,47 +94,44 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
 #pragma unroll
             for (int n = 0; n < 2; ++n)
                 for (int c = 0; c < 2; ++c) prob[n][c] = exp2_approx(score[n][c] - reference);
-            row_sum[e] = prob[0][0] + prob[0][1] + prob[1][0] + prob[1][1];  // this lane's part
-            pa[e] = pack2<Numeric>(prob[0][0], prob[0][1]);
-            pa[2 + e] = pack2<Numeric>(prob[1][0], prob[1][1]);
-        }
-
-        // O = P V: acc[n] holds rows g (0, 1) and g + 8 (2, 3), head dims 8n + 2t (+1).
-        float acc[kChunks][4] = {};
-#pragma unroll
-        for (int c = 0; c < kChunks / 2; ++c) mma_16x16x16<kDType>(acc[2 * c], acc[2 * c + 1], pa, vb[c]);
-
-        // Finished rows: times 1 / sum (zeros for a row that saw no key), packed into o_tile by
-        // stmatrix, then two lanes a row store it.
-        float inv[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            float sum = row_sum[e];
+            float sum = prob[0][0] + prob[0][1] + prob[1][0] + prob[1][1];
 #pragma unroll
             for (int offset = 1; offset < 4; offset *= 2) sum += __shfl_xor(sum, offset);
             row_sum[e] = sum;
-            inv[e] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
-        }
-#pragma unroll
-        for (int c = 0; c < kChunks / 2; ++c) {
-            const uint32_t words[4] = {
-                pack2<Numeric>(acc[2 * c][0] * inv[0], acc[2 * c][1] * inv[0]), pack2<Numeric>(acc[2 * c][2] * inv[1], acc[2 * c][3] * inv[1]),
-                pack2<Numeric>(acc[2 * c + 1][0] * inv[0], acc[2 * c + 1][1] * inv[0]),
-                pack2<Numeric>(acc[2 * c + 1][2] * inv[1], acc[2 * c + 1][3] * inv[1])};
-            store_matrices_x4<kDType>(words, &o_tile[staged_chunk<T>(m_row, 2 * c + m_chunk)]);
+            inv[e] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;  // zeros for a row that saw no key
+            pa[e] = pack2<Numeric>(prob[0][0], prob[0][1]);
+            pa[2 + e] = pack2<Numeric>(prob[1][0], prob[1][1]);
         }
         if (t == 0) {
 #pragma unroll
             for (int e = 0; e < 2; ++e)
                 if (mine[e].valid) store_lse<false>(p, item.batch, mine[e].head, mine[e].position, row_max[e], row_sum[e]);
         }
-        sync_warp();  // o_tile written
+
+        // O = P V a part at a time: acc[n] holds rows g (0, 1) and g + 8 (2, 3), head dims 8n + 2t
+        // (+1) of the part; times 1 / sum into tiles.o by stmatrix, then two lanes a row store it.
         const int r = lane / 2;
         const QueryRow row = query_row(p, plan, item, item.pass * kRows + r);
-        if (row.valid) {
-            uint4* out = reinterpret_cast<uint4*>(row_start(static_cast<uint16_t*>(p.o), p.o_strides, nullptr, item.batch, row.head, row.position));
+        uint4* const out = reinterpret_cast<uint4*>(row_start(static_cast<uint16_t*>(p.o), p.o_strides, nullptr, item.batch, row.head, row.position));
 #pragma unroll
-            for (int c = lane % 2; c < kChunks; c += 2) out[c] = o_tile[staged_chunk<T>(r, c)];
+        for (int part = 0; part < kOutputParts<T>; ++part) {
+            float acc[kPartChunks][4] = {};
+#pragma unroll
+            for (int c = 0; c < kPartChunks / 2; ++c) mma_16x16x16<kDType>(acc[2 * c], acc[2 * c + 1], pa, vb[part * kPartChunks / 2 + c]);
+            if (part > 0) sync_warp();  // the previous part's rows are out of tiles.o
+#pragma unroll
+            for (int c = 0; c < kPartChunks / 2; ++c) {
+                const uint32_t words[4] = {
+                    pack2<Numeric>(acc[2 * c][0] * inv[0], acc[2 * c][1] * inv[0]), pack2<Numeric>(acc[2 * c][2] * inv[1], acc[2 * c][3] * inv[1]),
+                    pack2<Numeric>(acc[2 * c + 1][0] * inv[0], acc[2 * c + 1][1] * inv[0]),
+                    pack2<Numeric>(acc[2 * c + 1][2] * inv[1], acc[2 * c + 1][3] * inv[1])};
+                store_matrices_x4<kDType>(words, &tiles.o[swizzled_chunk<kPartChunks>(m_row, 2 * c + m_chunk)]);
+            }
+            sync_warp();  // tiles.o written
+            if (row.valid) {
+#pragma unroll
+                for (int c = lane % 2; c < kPartChunks; c += 2) out[part * kPartChunks + c] = tiles.o[swizzled_chunk<kPartChunks>(r, c)];
+            }
         }
     }
     copy_async_wait_all();  // the copies past the last item land before the block ends

@@ -60,8 +60,7 @@ struct MmaTraits : BlockShape {
     static constexpr bool kWarpMma = true;
     static constexpr bool kStagesItems = StagesItems;
     static constexpr bool kShortKeys = StagesItems;  // one step: no loop, no key splits
-    // Staged items of two row tiles run staged_rows_kernel (decode/staged_rows.h), rows as M.
-    static constexpr bool kRowsAsM = StagesItems && RowTiles == 2;
+    static constexpr bool kRowsAsM = StagesItems && RowTiles == 2;  // staged_rows_kernel
     static constexpr Keys kKeys = Keys::many;
     static constexpr int kKeyRange = StagesItems ? kKeysPerStep : INT32_MAX;
     // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per multiprocessor,
@@ -92,9 +91,13 @@ __device__ inline uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w
 // an XOR with r & 7: the copies (neighbouring chunks of 32 / Rows rows), the K and Q fragments'
 // matrix reads (ldmatrix: eight rows' chunk c a phase) and the V reads (8 lanes a phase: four
 // rows' 32 bytes) then meet no bank twice. The index of chunk c of row r:
+template <int kChunksPerRow>
+__device__ inline int swizzled_chunk(int r, int c) {
+    return r * kChunksPerRow + (c ^ (r & 7));
+}
 template <class T>
 __device__ inline int staged_chunk(int r, int c) {
-    return r * (T::kHeadDim / 8) + (c ^ (r & 7));
+    return swizzled_chunk<T::kHeadDim / 8>(r, c);
 }
 
 // A lane's Q^T fragments (B of S^T = K Q^T), [row tile][vector]: in registers or, where
@@ -190,8 +193,8 @@ struct ItemKeys {
 // `index` into a warp's tiles (zeros past its keys and rows; an index past the last item copies
 // only zeros).
 template <class T, bool kMasked>
-__device__ inline ItemKeys stage_item(const FwdParams& p, const Plan& plan, int64_t index, uint4* q_tile, StagedRows<T>& staged,
-                                      int lane) {
+__device__ inline ItemKeys stage_item(const FwdParams& p, const Plan& plan, int64_t index, uint4* q_tile, uint4* k_tile,
+                                      uint4* v_tile, int lane) {
     ItemKeys at{locate<false>(p, plan, index)};
     pass_key_range<kMasked>(p, plan, at.item, T::kRows, at.kv_lo, at.kv_hi);
     copy_rows<T, T::kRows>(q_tile, lane, [&](int r) {
@@ -201,10 +204,10 @@ __device__ inline ItemKeys stage_item(const FwdParams& p, const Plan& plan, int6
     });
     const uint16_t* k_rows = row_start(static_cast<const uint16_t*>(p.k), p.k_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
     const uint16_t* v_rows = row_start(static_cast<const uint16_t*>(p.v), p.v_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
-    copy_rows<T, T::kKeysPerStep>(staged.k, lane, [&](int r) {
+    copy_rows<T, T::kKeysPerStep>(k_tile, lane, [&](int r) {
         return GlobalRow{k_rows + int64_t(r) * p.k_strides.row, at.kv_lo + r < at.kv_hi};
     });
-    copy_rows<T, T::kKeysPerStep>(staged.v, lane, [&](int r) {
+    copy_rows<T, T::kKeysPerStep>(v_tile, lane, [&](int r) {
         return GlobalRow{v_rows + int64_t(r) * p.v_strides.row, at.kv_lo + r < at.kv_hi};
     });
     return at;
@@ -233,7 +236,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) mma_attend_kernel(
 
     // Staged items: copies the item at `index` into the warp's tiles.
     [[maybe_unused]] auto stage = [&](int64_t index) {
-        return stage_item<T, kMasked>(p, plan, index, &query_shared[warp_in_block][0][0][0], staged, lane);
+        return stage_item<T, kMasked>(p, plan, index, &query_shared[warp_in_block][0][0][0], staged.k, staged.v, lane);
     };
     // Their warps walk the items persistently (the launch has at most a resident wave of
     // blocks); each item's copies were issued during the warp's previous item.
