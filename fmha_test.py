@@ -401,6 +401,7 @@ def test_compare_short_grid_counts_each_builds_best_run(tmp_path):
 
 @pytest.mark.parametrize("source, kernel, fails", [
     ("fmha_fwd_bf16_d128_gqa_causal_decode_sm90.hip", "_ZN4fmha6decode17mma_attend_kernelI", True),
+    ("fmha_fwd_bf16_d64_gqa_causal_decode_sm90.hip", "_ZN4fmha6decode18staged_rows_kernelI", True),
     ("fmha_fwd_bf16_d128_gqa_causal_mmaprefill_sm90.hip", "_ZN4fmha11mmaprefill11wgmma_kernelI", True),
     ("fmha_fwd_fp16_d256_gqa_causal_decode_sm90.hip", "_ZN4fmha6decode13attend_kernelI", False),
 ])

@@ -2,8 +2,8 @@
 # The CUDA compiler launcher: runs one compile, shows what it printed, and fails it where ptxas
 # notes a "Potential Performance Loss" (serialized wgmma instructions, C7520 among them, or an
 # ignored register reallocation: info lines, which fail no build by themselves), or where a
-# tensor-core kernel (mmaprefill, mmabwd, decode's mma_attend_kernel) spills registers to local
-# memory.
+# tensor-core kernel (mmaprefill, mmabwd, decode's mma_attend_kernel and staged_rows_kernel)
+# spills registers to local memory.
 output=$("$@" 2>&1)
 status=$?
 [ -n "$output" ] && printf '%s\n' "$output" >&2
@@ -15,7 +15,7 @@ if [ $status -eq 0 ] && [[ "$*" == *_mmaprefill_* || "$*" == *_mmabwd_* ]] && gr
     echo "ptxas_guard: a tensor-core kernel above spills registers; this fails the build" >&2
     exit 1
 fi
-if [ $status -eq 0 ] && grep 'Registers are spilled' <<<"$output" | grep -q 'mma_attend_kernel'; then
+if [ $status -eq 0 ] && grep 'Registers are spilled' <<<"$output" | grep -qE 'mma_attend_kernel|staged_rows_kernel'; then
     echo "ptxas_guard: a decode tensor-core kernel above spills registers; this fails the build" >&2
     exit 1
 fi
