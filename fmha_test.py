@@ -836,7 +836,7 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
      r"few-keys \(up to 8\) variant \(2 query row\(s\) a pass\), 65536 work items of 16 lanes; keys not split$"),
     (SHAPES["gqa_s16"].fmha_args(), r"tensor-core staged one-step variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys not split$"),
     # one row per KV head up to 16 keys: the wide few-keys range; 12 rows at 3 keys: one staged
-    # pass of 16 (staged_row_tiles: at d64 always, at d128 up to 19 rows and keys together)
+    # pass of 16 (staged_row_tiles: up to d128)
     (["-b", "4096", "-h", "16", "-s-q", "1", "-s", "12", "-d", "64"],
      r"few-keys \(up to 16\) variant \(1 query row\(s\) a pass\), 65536 work items of 16 lanes; keys not split$"),
     (["-b", "1024", "-h", "32", "-gqa", "8", "-s-q", "3", "-s", "3", "-d", "64"],
