@@ -825,8 +825,8 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
     (GPU_RUNS["gqa"], r"short-keys variant \(4 query row\(s\) a pass\), 245760 work items .*; keys not split$"),
     # 3 to 16 keys: one step of a few-keys variant (d256 up to 2 rows per KV head; 3 to 8 keys
     # beside warp MMAs for few rows, in passes of 4, one team of lanes per work item), else the
-    # tensor-core variant's staged one-step form where the arch has warp MMAs (16 rows a pass at
-    # d64, and at d128 for the fewest keys); the serving options on long keys: the tensor-core
+    # tensor-core variant's staged one-step form where the arch has warp MMAs (16 rows a pass up to
+    # d128); the serving options on long keys: the tensor-core
     # variant where the plain launch takes it
     (SHAPES["mha_d256_s8"].fmha_args(), r"few-keys \(up to 8\) variant \(1 query row\(s\) a pass\), \d+ work items .*; keys not split$"),
     (SHAPES["gqa_s8"].fmha_args(), r"tensor-core staged one-step variant \(8 query row\(s\) a pass\), \d+ work items of 32 lanes; keys not split$"),
