@@ -215,12 +215,10 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         }
     }
     if constexpr (kUsesWarpMma<Config, GroupWidth>) {
-        // Passes of 8 rows; where every key fits one step, the warps stage their next items (up to
-        // d128 in passes of 16 rows for more rows: staged_row_tiles()).
+        // Passes of 8 rows; where every key fits one step, the warps stage their next items (in
+        // passes of 16 rows for more rows: staged_row_tiles()).
         if (p.seqlen_kv <= MmaTraits<Config, 1>::kKeysPerStep) {
-            if constexpr (Config::head_dim <= 128) {
-                if (staged_row_tiles(p.seqlen_kv, rows_per_kv_head(p), Config::head_dim) == 2) return fn(MmaTraits<Config, 2, true>{});
-            }
+            if (staged_row_tiles(p.seqlen_kv, rows_per_kv_head(p), Config::head_dim) == 2) return fn(MmaTraits<Config, 2, true>{});
             return fn(MmaTraits<Config, 1, true>{});
         }
         if constexpr (kHasWideBlocks<Config>) {

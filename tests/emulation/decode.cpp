@@ -278,6 +278,7 @@ int main() {
     // 16-row passes (staged_rows_kernel): no mask, 20 rows in two passes; a window.
     ok &= run<N128NoMask, MmaTraits<N128NoMask, 2, true>>("staged 16 rows, no mask", {3, 8, 2, 5, 14, -1, true}, 46);
     ok &= run<N64, MmaTraits<N64, 2, true>>("staged 16 rows, window", {3, 8, 2, 3, 12, 5, true}, 47);
+    ok &= run<N256, MmaTraits<N256, 2, true>>("staged 16 rows, d256 in parts", {3, 6, 1, 2, 9, -1, true, 4}, 48);
     ok &= run<N128NoMask, MmaTraits<N128NoMask, 1>>("tensor-core loop, split in blocks", {2, 8, 2, 1, 300, -1, true, 16}, 37);
     ok &= run<N64, MmaTraits<N64, 1>>("tensor-core loop, window", {1, 4, 2, 3, 200, 50, true, 8}, 38);
     ok &= run<N128, MmaTraits<N128, 1>>("tensor-core loop, workspace", {1, 4, 2, 2, 600, -1, false, 64}, 39);

@@ -89,8 +89,8 @@ TEST(DecodeVariants, HeadDim256TakesManyRowsOnTheTensorCoreLoop) {
     EXPECT_EQ(key_variant(3, 8, false, 8, false), Keys::few);  // no tensor-core loop (AMD)
 }
 
-TEST(DecodeVariants, StagedItemsTakeTwoRowTilesUpToHeadDim128) {
-    // staged_row_tiles(keys, rows, head_dim): 16-row passes for 9-16 rows up to d128.
+TEST(DecodeVariants, StagedItemsTakeTwoRowTilesFromNineRows) {
+    // staged_row_tiles(keys, rows, head_dim): 16-row passes for 9-16 rows.
     EXPECT_EQ(staged_row_tiles(12, 9, 64), 2);
     EXPECT_EQ(staged_row_tiles(3, 16, 64), 2);
     EXPECT_EQ(staged_row_tiles(16, 16, 64), 2);
@@ -98,7 +98,7 @@ TEST(DecodeVariants, StagedItemsTakeTwoRowTilesUpToHeadDim128) {
     EXPECT_EQ(staged_row_tiles(3, 16, 128), 2);  // d128: at every key count
     EXPECT_EQ(staged_row_tiles(16, 9, 128), 2);
     EXPECT_EQ(staged_row_tiles(3, 8, 128), 1);
-    EXPECT_EQ(staged_row_tiles(5, 16, 256), 1);
+    EXPECT_EQ(staged_row_tiles(5, 16, 256), 2);
 }
 
 TEST(DecodeVariants, FewKeyRangesPerHeadDimAndWave) {

@@ -54,11 +54,11 @@ inline constexpr int kMinLoopRows = 3;
 inline constexpr int kMinLoopRowsFromSixKeys = 2;
 
 // Row tiles of 8 rows a pass of the staged tensor-core variant takes (decode/tensor_core.h): two
-// for 9-16 rows per KV head up to head dim 128 (decode/staged_rows.h, rows as M), where a second
-// pass of 8 would repeat an item's fixed cost for few bytes (docs/decisions.md, "Staged items of
-// 16 rows with the rows as M").
+// for 9-16 rows per KV head (decode/staged_rows.h, rows as M), where a second pass of 8 would
+// repeat an item's fixed cost for few bytes (docs/decisions.md, "Staged items of 16 rows with
+// the rows as M").
 constexpr int staged_row_tiles(int seqlen_kv, int rows, int head_dim) {
-    return rows > 8 && head_dim <= 128 ? 2 : 1;
+    return rows > 8 ? 2 : 1;
 }
 
 // The heuristic's choice of key variant for seqlen_kv keys and `rows` query rows per KV head,
