@@ -196,6 +196,12 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
             return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::many>>{});
         }
     }
+    if constexpr (kUsesWarpMma<Config, GroupWidth>) {
+        switch (staged_heads_per_tile(p.seqlen_kv, rows_per_kv_head(p), p.heads_kv)) {
+        case 4: return fn(MmaTraits<Config, 2, true, 4, 4>{});
+        case 2: return fn(MmaTraits<Config, 2, true, 4, 2>{});
+        }
+    }
     if (keys == Keys::two) {
         // More rows take passes of 4, which re-read their two K/V rows from L2: cheaper than
         // the long variants, whose key steps would hold two keys (docs/decisions.md).
@@ -258,7 +264,8 @@ std::string describe(const FwdParams& p) {
                                     : !T::kShortKeys            ? "CUDA-core long-keys"
                                     : T::kKeys == Keys::two       ? "short-keys"
                                                                 : "few-keys (up to " + std::to_string(T::kKeyRange) + ")";
-        std::string text = variant + (T::kOptions ? " variant with run-time options (" : T::kPaged ? " variant with paged KV (" : " variant (") + std::to_string(T::kRows) + " query row(s) a pass), " +
+        const std::string heads = T::kHeadsPerTile > 1 ? std::to_string(T::kHeadsPerTile) + " KV heads a tile of " : "";
+        std::string text = variant + (T::kOptions ? " variant with run-time options (" : T::kPaged ? " variant with paged KV (" : " variant (") + heads + std::to_string(T::kRows) + " query row(s) a pass), " +
                            std::to_string(split.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes" +
                            (T::kThreads > BlockShape::kThreads ? " in blocks of " + std::to_string(T::kGroups) : "") + "; ";
         if (split.splits == 1) return text + "keys not split";

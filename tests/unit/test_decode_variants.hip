@@ -101,6 +101,22 @@ TEST(DecodeVariants, StagedItemsTakeTwoRowTilesFromNineRows) {
     EXPECT_EQ(staged_row_tiles(5, 16, 256), 2);
 }
 
+TEST(DecodeVariants, StagedTilesHoldSeveralHeadsOfFewRowsAndKeys) {
+    // staged_heads_per_tile(keys, rows, heads_kv): 16 rows and 16 key slots shared by the heads
+    // whose rows and keys fit a share (powers of two), 3 to 8 keys, up to 8 rows.
+    EXPECT_EQ(staged_heads_per_tile(2, 4, 8), 1);  // two keys keep their variant
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 8), 4);
+    EXPECT_EQ(staged_heads_per_tile(4, 1, 8), 4);
+    EXPECT_EQ(staged_heads_per_tile(5, 4, 8), 2);
+    EXPECT_EQ(staged_heads_per_tile(3, 5, 8), 2);
+    EXPECT_EQ(staged_heads_per_tile(8, 8, 8), 2);
+    EXPECT_EQ(staged_heads_per_tile(9, 2, 8), 1);
+    EXPECT_EQ(staged_heads_per_tile(3, 9, 8), 1);
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 1), 1);  // one KV head: nothing to share
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 2), 2);  // no more than the heads there are
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 3), 4);
+}
+
 TEST(DecodeVariants, FewKeyRangesPerHeadDimAndWave) {
     // Warp32 (sm_90): 8 key vectors of K and V per lane, teams of one vector per lane.
     EXPECT_EQ((kFewKeyRange<Cfg<64, Arch::sm90>, 32>), 16);

@@ -9,6 +9,7 @@
 #include "kernels/config.h"
 #include "kernels/decode/plan.h"
 #include "kernels/decode/shape.h"
+#include "kernels/decode/tensor_core.h"
 #include "kernels/decode/work_item.h"
 
 namespace fmha {
@@ -89,6 +90,16 @@ TEST(DecodeWorkItems, APassSeesTheKeysOfItsRows) {
                         }
 }
 
+// A staged tile of several KV heads is one item: the plan counts tiles, the last one part empty.
+TEST(DecodeWorkItems, TilesOfSeveralHeadsAreOneItemEach) {
+    const FwdParams p = shape(28, 7, 1, 4, KeyWindow::of(0, 0));  // 4 rows per KV head at 4 keys
+    using Packed = MmaTraits<KernelConfig<DType::bf16, 128, HeadsKind::gqa, Mask::causal, Arch::sm90>, 2, true, 4, 4>;
+    const Plan plan = make_plan<Packed>(p, 2112);
+    EXPECT_EQ(int(plan.by_kv_groups.divisor), 2);
+    EXPECT_EQ(plan.passes, 1);
+    EXPECT_EQ(plan.items, int64_t(p.batch) * 2);
+}
+
 TEST(DecodeWorkItems, APlanDividesByItsOwnCounts) {
     const FwdParams p = shape(32, 8, 3, 4096, KeyWindow::of(0, 0));
     for (int64_t groups : {8, 64, 2112}) {
@@ -96,7 +107,7 @@ TEST(DecodeWorkItems, APlanDividesByItsOwnCounts) {
         EXPECT_EQ(int(plan.by_splits.divisor), plan.splits);
         EXPECT_EQ(int(plan.by_block_splits.divisor), plan.block_splits);
         EXPECT_EQ(int(plan.by_passes.divisor), plan.passes);
-        EXPECT_EQ(int(plan.by_heads_kv.divisor), p.heads_kv);
+        EXPECT_EQ(int(plan.by_kv_groups.divisor), p.heads_kv);
         EXPECT_EQ(int(plan.by_seqlen_q.divisor), p.seqlen_q);
         EXPECT_EQ(plan.workspace_splits * plan.block_splits, plan.splits);
         EXPECT_EQ(plan.rows_per_kv, 12);

@@ -21,12 +21,13 @@ struct Plan {
     int splits;          // key splits per (batch, KV head, pass): split s takes steps s, s + splits, ...
     int block_splits;    // consecutive splits one block merges in shared memory (1: none)
     int workspace_splits;  // partials per row that go through the workspace and the combine kernel (1: none)
-    int64_t items;       // batch x heads_kv x passes x splits, split fastest (below 2^31: launch_variant)
+    int64_t items;       // batch x KV heads (or tiles of them) x passes x splits, split fastest (below 2^31: launch_variant)
     int group_heads;     // query heads that read one KV head
     int rows_per_kv;     // their query rows: group_heads x seqlen_q
     // The divisions that locate a work item and its rows: a launch's constants, so a multiply
     // and a shift each instead of a division's chain (a batch-1 step's warps run little else).
-    FastDivisor by_splits, by_block_splits, by_passes, by_heads_kv, by_seqlen_q;
+    // by_kv_groups divides by a sequence's KV heads, or tiles of T::kHeadsPerTile of them.
+    FastDivisor by_splits, by_block_splits, by_passes, by_kv_groups, by_seqlen_q;
 };
 
 // A split launch's partials of one block in shared memory: per group, the partial outputs
@@ -75,7 +76,8 @@ template <class T>
 Plan make_plan(const FwdParams& p, int64_t resident_groups) {
     Plan plan;
     plan.passes = (rows_per_kv_head(p) + T::kRows - 1) / T::kRows;
-    const int64_t base_items = int64_t(p.batch) * p.heads_kv * plan.passes;
+    const int kv_groups = (p.heads_kv + T::kHeadsPerTile - 1) / T::kHeadsPerTile;
+    const int64_t base_items = int64_t(p.batch) * kv_groups * plan.passes;
     // When the (batch, KV head, pass) items leave resident groups idle, split the key range so
     // that one wave of groups has work; a partial second wave would idle most of the device.
     int splits = 1;
@@ -100,7 +102,7 @@ Plan make_plan(const FwdParams& p, int64_t resident_groups) {
     plan.by_splits = FastDivisor(plan.splits);
     plan.by_block_splits = FastDivisor(plan.block_splits);
     plan.by_passes = FastDivisor(plan.passes);
-    plan.by_heads_kv = FastDivisor(p.heads_kv);
+    plan.by_kv_groups = FastDivisor(kv_groups);
     plan.by_seqlen_q = FastDivisor(p.seqlen_q);
     return plan;
 }

@@ -61,6 +61,15 @@ constexpr int staged_row_tiles(int seqlen_kv, int rows, int head_dim) {
     return rows > 8 ? 2 : 1;
 }
 
+// KV heads one staged tile of 16 rows and 16 key slots takes (decode/staged_rows.h): several
+// where each head's rows and keys fit a share of both, 3-8 keys and up to 8 rows, so that an
+// item's fixed cost serves two or four heads' bytes (docs/decisions.md, "Staged tiles of several
+// KV heads"); 1: the variants below decide.
+constexpr int staged_heads_per_tile(int seqlen_kv, int rows, int heads_kv) {
+    if (seqlen_kv < 3 || seqlen_kv > 8 || rows > 8 || heads_kv < 2) return 1;
+    return min_of(16 / max_of(pow2_at_least(seqlen_kv), pow2_at_least(rows)), pow2_at_least(heads_kv));
+}
+
 // The heuristic's choice of key variant for seqlen_kv keys and `rows` query rows per KV head,
 // where the `few` variant takes up to few_range keys. Two keys keep the `two` variant (one key
 // per lane slice, several work items a wave); past few_range, the loop. Where the loop runs on
@@ -100,8 +109,10 @@ struct BlockShape {
     // Whether the variant's warps copy their next work item into shared memory while they
     // compute one (the tensor-core variant's one-step launches, decode/tensor_core.h).
     static constexpr bool kStagesItems = false;
-    // Whether staged items take 16 rows with the rows as the MMAs' M (decode/staged_rows.h).
+    // Whether staged items take 16 rows with the rows as the MMAs' M (decode/staged_rows.h), and
+    // how many KV heads' items one of them holds (kRows rows and 16 / kHeadsPerTile keys each).
     static constexpr bool kRowsAsM = false;
+    static constexpr int kHeadsPerTile = 1;
 };
 
 // Variant Base that also takes the run-time options, each behind a branch uniform over the

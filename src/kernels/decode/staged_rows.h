@@ -29,9 +29,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
     constexpr DType kDType = Config::dtype;
     using Numeric = DTypeTraits<kDType>;
     using Tiles = RowsAsMTiles<T>;
-    constexpr int kRows = 16, kChunks = Tiles::kChunks, kPartChunks = Tiles::kPartChunks;
+    constexpr int kChunks = Tiles::kChunks, kPartChunks = Tiles::kPartChunks;
     constexpr bool kMasked = Config::mask == Mask::causal;
-    static_assert(T::kRowsAsM && T::kRows == kRows && T::kKeysPerStep == 16 && !T::kOptions, "16 rows at up to 16 keys");
+    static_assert(T::kRowsAsM && T::kTileRows == 16 && T::kKeysPerStep == 16 && !T::kOptions, "16 rows at up to 16 keys");
 
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_in_block = threadIdx.x / 32;
@@ -47,7 +47,19 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items; first += int64_t(gridDim.x) * T::kGroups) {
         const WorkItem item = next.item;
         const int kv_lo = next.kv_lo, kv_hi = next.kv_hi;
-        const QueryRow mine[2] = {query_row(p, plan, item, item.pass * kRows + g), query_row(p, plan, item, item.pass * kRows + g + 8)};
+        // Tile row r: row r % T::kRows of the tile's KV head r / T::kRows (one head unless packed).
+        auto tile_row = [&](int r, WorkItem& of_head) {
+            if constexpr (T::kHeadsPerTile == 1) {
+                of_head = item;
+                return query_row(p, plan, item, item.pass * T::kRows + r);
+            }
+            of_head = item_of_head<T>(item, r / T::kRows);
+            QueryRow row = query_row(p, plan, of_head, of_head.pass * T::kRows + r % T::kRows);
+            row.valid = row.valid && of_head.head_kv < p.heads_kv;
+            return row;
+        };
+        WorkItem heads[2];
+        const QueryRow mine[2] = {tile_row(g, heads[0]), tile_row(g + 8, heads[1])};
         copy_async_wait_all();
         sync_warp();
 
@@ -80,8 +92,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
             for (int n = 0; n < 2; ++n) {
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
-                    const int key = kv_lo + 8 * n + 2 * t + c;
-                    score[n][c] = key < kv_hi && mine[e].template sees<kMasked>(key, p.window) ? s[n][2 * e + c] * scale_log2 : -INFINITY;
+                    // Key slot 8n + 2t + c: key slot % T::kKeySlots of the tile's head slot / T::kKeySlots.
+                    const int slot = 8 * n + 2 * t + c, key = kv_lo + slot % T::kKeySlots;
+                    const bool own_head = T::kHeadsPerTile == 1 || slot / T::kKeySlots == (g + 8 * e) / T::kRows;
+                    score[n][c] = own_head && key < kv_hi && mine[e].template sees<kMasked>(key, p.window) ? s[n][2 * e + c] * scale_log2
+                                                                                                            : -INFINITY;
                     step_max = fmaxf(step_max, score[n][c]);
                 }
             }
@@ -105,14 +120,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
         if (t == 0) {
 #pragma unroll
             for (int e = 0; e < 2; ++e)
-                if (mine[e].valid) store_lse<false>(p, item.batch, mine[e].head, mine[e].position, row_max[e], row_sum[e]);
+                if (mine[e].valid) store_lse<false>(p, heads[e].batch, mine[e].head, mine[e].position, row_max[e], row_sum[e]);
         }
 
         // O = P V a part at a time: acc[n] holds rows g (0, 1) and g + 8 (2, 3), head dims 8n + 2t
         // (+1) of the part; times 1 / sum into tiles.o by stmatrix, then two lanes a row store it.
         const int r = lane / 2;
-        const QueryRow row = query_row(p, plan, item, item.pass * kRows + r);
-        uint4* const out = reinterpret_cast<uint4*>(row_start(static_cast<uint16_t*>(p.o), p.o_strides, nullptr, item.batch, row.head, row.position));
+        WorkItem of_head;
+        const QueryRow row = tile_row(r, of_head);
+        uint4* const out = reinterpret_cast<uint4*>(row_start(static_cast<uint16_t*>(p.o), p.o_strides, nullptr, of_head.batch, row.head, row.position));
 #pragma unroll
         for (int part = 0; part < kOutputParts<T>; ++part) {
             float acc[kPartChunks][4] = {};

@@ -38,7 +38,7 @@ namespace decode {
 // item's splits in shared memory, where blocks of four send them through the workspace and the
 // combine kernel (takes_wide_blocks() in decode.h; docs/decisions.md).
 inline constexpr int kWideWarps = 16;
-template <class Config, int RowTiles, bool StagesItems = false, int Warps = 4>
+template <class Config, int RowTiles, bool StagesItems = false, int Warps = 4, int HeadsPerTile = 1>
 struct MmaTraits : BlockShape {
     static constexpr int kThreads = 32 * Warps;
     // sm_90 blocks may ask for up to 227 KB; a wide block's merge buffer takes 66 KB at head dim 128.
@@ -49,8 +49,11 @@ struct MmaTraits : BlockShape {
     static constexpr int kVec = vector_bytes(Config::arch) / 2;
     static constexpr int kVecsPerRow = kHeadDim / kVec;
     static constexpr int kRowTiles = RowTiles;
-    static constexpr int kRows = 8 * RowTiles;  // rows per pass
+    static constexpr int kTileRows = 8 * RowTiles;
+    static constexpr int kHeadsPerTile = HeadsPerTile;  // KV heads whose items share a tile (rows as M)
+    static constexpr int kRows = kTileRows / HeadsPerTile;  // rows per pass (of each KV head)
     static constexpr int kKeysPerStep = 16;
+    static constexpr int kKeySlots = kKeysPerStep / HeadsPerTile;  // of each KV head a step
     // A wide block takes all of an item's splits where they are 8 key steps a warp or fewer
     // (docs/decisions.md, "Decode: one wide block an item for short key ranges").
     static constexpr int kOneBlockMaxKeys = Warps > 4 ? Warps * 8 * kKeysPerStep : 0;
@@ -61,6 +64,7 @@ struct MmaTraits : BlockShape {
     static constexpr bool kStagesItems = StagesItems;
     static constexpr bool kShortKeys = StagesItems;  // one step: no loop, no key splits
     static constexpr bool kRowsAsM = StagesItems && RowTiles == 2;  // staged_rows_kernel
+    static_assert(HeadsPerTile == 1 || kRowsAsM, "several KV heads a tile: staged_rows_kernel only");
     static constexpr Keys kKeys = Keys::many;
     static constexpr int kKeyRange = StagesItems ? kKeysPerStep : INT32_MAX;
     // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per multiprocessor,
@@ -189,27 +193,54 @@ struct ItemKeys {
     int kv_lo, kv_hi;
 };
 
-// Staged items: copies the Q rows (T::kRows, into q_tile) and the K and V rows of the item at
+// The item of the tile's h-th KV head (T::kHeadsPerTile > 1: item.head_kv is the tile's index).
+template <class T>
+__device__ inline WorkItem item_of_head(WorkItem item, int h) {
+    item.head_kv = item.head_kv * T::kHeadsPerTile + h;
+    return item;
+}
+
+// Staged items: copies the Q rows (T::kTileRows, into q_tile) and the K and V rows of the item at
 // `index` into a warp's tiles (zeros past its keys and rows; an index past the last item copies
-// only zeros).
+// only zeros). A tile of several KV heads (T::kHeadsPerTile) holds each head's T::kRows rows and
+// T::kKeySlots keys in turn: the item's head_kv is the tile's, its heads head_kv x heads a tile on.
 template <class T, bool kMasked>
 __device__ inline ItemKeys stage_item(const FwdParams& p, const Plan& plan, int64_t index, uint4* q_tile, uint4* k_tile,
                                       uint4* v_tile, int lane) {
-    ItemKeys at{locate<false>(p, plan, index)};
+    ItemKeys at{locate<false, T::kHeadsPerTile>(p, plan, index)};
     pass_key_range<kMasked>(p, plan, at.item, T::kRows, at.kv_lo, at.kv_hi);
-    copy_rows<T, T::kRows>(q_tile, lane, [&](int r) {
-        const QueryRow row = query_row(p, plan, at.item, at.item.pass * T::kRows + r);
-        return GlobalRow{row_start(static_cast<const uint16_t*>(p.q), p.q_strides, nullptr, at.item.batch, row.head, row.position),
-                         row.valid};
-    });
-    const uint16_t* k_rows = row_start(static_cast<const uint16_t*>(p.k), p.k_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
-    const uint16_t* v_rows = row_start(static_cast<const uint16_t*>(p.v), p.v_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
-    copy_rows<T, T::kKeysPerStep>(k_tile, lane, [&](int r) {
-        return GlobalRow{k_rows + int64_t(r) * p.k_strides.row, at.kv_lo + r < at.kv_hi};
-    });
-    copy_rows<T, T::kKeysPerStep>(v_tile, lane, [&](int r) {
-        return GlobalRow{v_rows + int64_t(r) * p.v_strides.row, at.kv_lo + r < at.kv_hi};
-    });
+    const auto* q = static_cast<const uint16_t*>(p.q);
+    const auto* k = static_cast<const uint16_t*>(p.k);
+    const auto* v = static_cast<const uint16_t*>(p.v);
+    if constexpr (T::kHeadsPerTile == 1) {
+        copy_rows<T, T::kRows>(q_tile, lane, [&](int r) {
+            const QueryRow row = query_row(p, plan, at.item, at.item.pass * T::kRows + r);
+            return GlobalRow{row_start(q, p.q_strides, nullptr, at.item.batch, row.head, row.position), row.valid};
+        });
+        const uint16_t* k_rows = row_start(k, p.k_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
+        const uint16_t* v_rows = row_start(v, p.v_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
+        copy_rows<T, T::kKeysPerStep>(k_tile, lane, [&](int r) {
+            return GlobalRow{k_rows + int64_t(r) * p.k_strides.row, at.kv_lo + r < at.kv_hi};
+        });
+        copy_rows<T, T::kKeysPerStep>(v_tile, lane, [&](int r) {
+            return GlobalRow{v_rows + int64_t(r) * p.v_strides.row, at.kv_lo + r < at.kv_hi};
+        });
+    } else {
+        // Tile row r: row r % kRows of the tile's head r / kRows; key slot s: key kv_lo + s % kKeySlots
+        // of its head s / kKeySlots. A head past the last one copies zeros.
+        copy_rows<T, T::kTileRows>(q_tile, lane, [&](int r) {
+            const WorkItem of_head = item_of_head<T>(at.item, r / T::kRows);
+            const QueryRow row = query_row(p, plan, of_head, of_head.pass * T::kRows + r % T::kRows);
+            return GlobalRow{row_start(q, p.q_strides, nullptr, of_head.batch, row.head, row.position),
+                             row.valid && of_head.head_kv < p.heads_kv};
+        });
+        auto key_row = [&](const uint16_t* base, const TensorStrides& strides, int slot) {
+            const int head_kv = item_of_head<T>(at.item, slot / T::kKeySlots).head_kv, key = at.kv_lo + slot % T::kKeySlots;
+            return GlobalRow{row_start(base, strides, nullptr, at.item.batch, head_kv, key), key < at.kv_hi && head_kv < p.heads_kv};
+        };
+        copy_rows<T, T::kKeysPerStep>(k_tile, lane, [&](int slot) { return key_row(k, p.k_strides, slot); });
+        copy_rows<T, T::kKeysPerStep>(v_tile, lane, [&](int slot) { return key_row(v, p.v_strides, slot); });
+    }
     return at;
 }
 

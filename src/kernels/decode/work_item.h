@@ -39,16 +39,17 @@ struct WorkItem {
     bool active;        // false past the last item (uniform over a group)
 };
 
-template <bool kMayBePacked>
+// kHeadsPerTile > 1 (staged tiles of several KV heads): item.head_kv is the tile's index.
+template <bool kMayBePacked, int kHeadsPerTile = 1>
 __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t index) {
     WorkItem item;
     item.active = index < plan.items;
     const int i = item.active ? int(index) : 0;
     const int by_split = plan.by_splits.divide(i), by_pass = plan.by_passes.divide(by_split);
-    const int by_head = plan.by_heads_kv.divide(by_pass);
+    const int by_head = plan.by_kv_groups.divide(by_pass);
     item.split = i - by_split * plan.splits;
     item.pass = by_split - by_pass * plan.passes;
-    item.head_kv = by_pass - by_head * p.heads_kv;
+    item.head_kv = by_pass - by_head * (kHeadsPerTile == 1 ? p.heads_kv : int(plan.by_kv_groups.divisor));
     item.batch = by_head;
     item.len_q = sequence_length(p.seqlens_q, packed_only<kMayBePacked>(p.cu_seqlens_q), item.batch, p.seqlen_q);
     item.len_kv = sequence_length(p.seqlens_kv, packed_only<kMayBePacked>(p.cu_seqlens_kv), item.batch, p.seqlen_kv);
