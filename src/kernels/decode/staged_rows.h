@@ -1,5 +1,6 @@
-// The staged one-step items of 16 rows (MmaTraits<.., 2, true>: 9-16 query rows per KV head) with
-// the rows as the MMAs' M dimension: S = Q K^T and O = P V in m16n8k16 tiles of 16 rows, so that
+// The staged one-step items of 16 rows (MmaTraits<.., 2, true>: 9-16 query rows per KV head, or
+// tiles of 2 or 4 KV heads' few rows and keys, MmaTraits<.., 2, true, 4, heads>) with the rows as
+// the MMAs' M dimension: S = Q K^T and O = P V in m16n8k16 tiles of 16 rows, so that
 // a lane holds two rows (not four), P's A fragments are S's accumulators packed (no transpose) and
 // V's B fragments come by ldmatrix .trans (no register moves); the finished rows go through
 // shared memory (stmatrix) and leave as 16-byte stores, two lanes a row, each lane locating one
