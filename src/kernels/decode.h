@@ -44,22 +44,13 @@
 #include "kernels/common/scoring.h"
 #include "kernels/common/split.h"
 #include "kernels/config.h"
-#include "kernels/decode/cuda_core.h"
+#include "kernels/decode/kernel_of.h"
 #include "kernels/decode/limits.h"
 #include "kernels/decode/plan.h"
 #include "kernels/decode/shape.h"
-#include "kernels/decode/staged_rows.h"
-#include "kernels/decode/tensor_core.h"
 
 namespace fmha {
 namespace decode {
-
-template <class T, class Config>
-constexpr auto attend_kernel_of() {
-    if constexpr (T::kRowsAsM) return &staged_rows_kernel<T, Config>;
-    else if constexpr (T::kWarpMma) return &mma_attend_kernel<T, Config>;
-    else return &attend_kernel<T, Config>;
-}
 
 // The dynamic shared memory of a launch: a staged variant's K/V tiles, else a split launch's merge
 // buffer (where it has one).

@@ -43,10 +43,8 @@ alignas(16) float4 block_shared[128 * 1024 / sizeof(float4)];
 
 #include "fmha_catalogue.h"
 #include "kernels/common/split.h"
-#include "kernels/decode/cuda_core.h"
+#include "kernels/decode/kernel_of.h"
 #include "kernels/decode/plan.h"
-#include "kernels/decode/staged_rows.h"
-#include "kernels/decode/tensor_core.h"
 
 using namespace fmha;
 using namespace fmha::decode;
@@ -142,9 +140,7 @@ bool run(const char* name, const Case& c, unsigned seed) {
     // launch_variant's grid: a staged variant's warps walk the items in one wave of resident blocks.
     run_blocks(launch_blocks<T>(plan, std::max<int64_t>(1, c.resident_groups / T::kGroups)), T::kThreads, wave_size(Config::arch),
                [&] {
-                   if constexpr (T::kRowsAsM) staged_rows_kernel<T, Config>(p, plan);  // as decode.h's attend_kernel_of
-                   else if constexpr (T::kWarpMma) mma_attend_kernel<T, Config>(p, plan);
-                   else attend_kernel<T, Config>(p, plan);
+                   attend_kernel_of<T, Config>()(p, plan);
                });
     if (plan.workspace_splits > 1) {
         // (Its shuffles stay within teams of 8 lanes: the same on waves of 32 and 64.)
