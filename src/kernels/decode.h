@@ -187,8 +187,8 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
             return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::many>>{});
         }
     }
-    if constexpr (kUsesWarpMma<Config, GroupWidth>) {
-        switch (staged_heads_per_tile(p.seqlen_kv, rows_per_kv_head(p), p.heads_kv)) {
+    if constexpr (kUsesWarpMma<Config, GroupWidth> && Config::head_dim <= 128) {
+        switch (staged_heads_per_tile(p.seqlen_kv, rows_per_kv_head(p), p.heads_kv, Config::head_dim)) {
         case 4: return fn(MmaTraits<Config, 2, true, 4, 4>{});
         case 2: return fn(MmaTraits<Config, 2, true, 4, 2>{});
         }
@@ -215,7 +215,9 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         // Passes of 8 rows; where every key fits one step, the warps stage their next items (in
         // passes of 16 rows for more rows: staged_row_tiles()).
         if (p.seqlen_kv <= MmaTraits<Config, 1>::kKeysPerStep) {
-            if (staged_row_tiles(p.seqlen_kv, rows_per_kv_head(p), Config::head_dim) == 2) return fn(MmaTraits<Config, 2, true>{});
+            if constexpr (Config::head_dim <= 128) {
+                if (staged_row_tiles(p.seqlen_kv, rows_per_kv_head(p), Config::head_dim) == 2) return fn(MmaTraits<Config, 2, true>{});
+            }
             return fn(MmaTraits<Config, 1, true>{});
         }
         if constexpr (kHasWideBlocks<Config>) {

@@ -98,23 +98,24 @@ TEST(DecodeVariants, StagedItemsTakeTwoRowTilesFromNineRows) {
     EXPECT_EQ(staged_row_tiles(3, 16, 128), 2);  // d128: at every key count
     EXPECT_EQ(staged_row_tiles(16, 9, 128), 2);
     EXPECT_EQ(staged_row_tiles(3, 8, 128), 1);
-    EXPECT_EQ(staged_row_tiles(5, 16, 256), 2);
+    EXPECT_EQ(staged_row_tiles(5, 16, 256), 1);  // d256: two passes of 8 (the 16-row kernel spills)
 }
 
 TEST(DecodeVariants, StagedTilesHoldSeveralHeadsOfFewRowsAndKeys) {
-    // staged_heads_per_tile(keys, rows, heads_kv): 16 rows and 16 key slots shared by the heads
+    // staged_heads_per_tile(keys, rows, heads_kv, head_dim): 16 rows and 16 key slots shared by the heads
     // whose rows and keys fit a share (powers of two), 3 to 8 keys, up to 8 rows.
-    EXPECT_EQ(staged_heads_per_tile(2, 4, 8), 1);  // two keys keep their variant
-    EXPECT_EQ(staged_heads_per_tile(3, 4, 8), 4);
-    EXPECT_EQ(staged_heads_per_tile(4, 1, 8), 4);
-    EXPECT_EQ(staged_heads_per_tile(5, 4, 8), 2);
-    EXPECT_EQ(staged_heads_per_tile(3, 5, 8), 2);
-    EXPECT_EQ(staged_heads_per_tile(8, 8, 8), 2);
-    EXPECT_EQ(staged_heads_per_tile(9, 2, 8), 1);
-    EXPECT_EQ(staged_heads_per_tile(3, 9, 8), 1);
-    EXPECT_EQ(staged_heads_per_tile(3, 4, 1), 1);  // one KV head: nothing to share
-    EXPECT_EQ(staged_heads_per_tile(3, 4, 2), 2);  // no more than the heads there are
-    EXPECT_EQ(staged_heads_per_tile(3, 4, 3), 4);
+    EXPECT_EQ(staged_heads_per_tile(2, 4, 8, 64), 1);  // two keys keep their variant
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 8, 64), 4);
+    EXPECT_EQ(staged_heads_per_tile(4, 1, 8, 64), 4);
+    EXPECT_EQ(staged_heads_per_tile(5, 4, 8, 64), 2);
+    EXPECT_EQ(staged_heads_per_tile(3, 5, 8, 64), 2);
+    EXPECT_EQ(staged_heads_per_tile(8, 8, 8, 64), 2);
+    EXPECT_EQ(staged_heads_per_tile(9, 2, 8, 64), 1);
+    EXPECT_EQ(staged_heads_per_tile(3, 9, 8, 64), 1);
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 1, 64), 1);  // one KV head: nothing to share
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 8, 256), 1);  // d256: the 16-row kernel spills
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 2, 64), 2);  // no more than the heads there are
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 3, 64), 4);
 }
 
 TEST(DecodeVariants, FewKeyRangesPerHeadDimAndWave) {

@@ -58,15 +58,15 @@ inline constexpr int kMinLoopRowsFromSixKeys = 2;
 // repeat an item's fixed cost for few bytes (docs/decisions.md, "Staged items of 16 rows with
 // the rows as M").
 constexpr int staged_row_tiles(int seqlen_kv, int rows, int head_dim) {
-    return rows > 8 ? 2 : 1;
+    return rows > 8 && head_dim <= 128 ? 2 : 1;
 }
 
 // KV heads one staged tile of 16 rows and 16 key slots takes (decode/staged_rows.h): several
 // where each head's rows and keys fit a share of both, 3-8 keys and up to 8 rows, so that an
 // item's fixed cost serves two or four heads' bytes (docs/decisions.md, "Staged tiles of several
 // KV heads"); 1: the variants below decide.
-constexpr int staged_heads_per_tile(int seqlen_kv, int rows, int heads_kv) {
-    if (seqlen_kv < 3 || seqlen_kv > 8 || rows > 8 || heads_kv < 2) return 1;
+constexpr int staged_heads_per_tile(int seqlen_kv, int rows, int heads_kv, int head_dim) {
+    if (head_dim > 128 || seqlen_kv < 3 || seqlen_kv > 8 || rows > 8 || heads_kv < 2) return 1;
     return min_of(16 / max_of(pow2_at_least(seqlen_kv), pow2_at_least(rows)), pow2_at_least(heads_kv));
 }
 

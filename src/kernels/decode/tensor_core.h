@@ -92,7 +92,7 @@ struct MmaTraits : BlockShape {
 __device__ inline uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
 // Staged items' rows in shared memory, [row][16-byte chunk], the chunks of row r permuted by
-// an XOR with r & 7: the copies (neighbouring chunks of 32 / Rows rows), the K and Q fragments'
+// an XOR with r & 7: the copies (a warp's lanes on consecutive chunks), the K and Q fragments'
 // matrix reads (ldmatrix: eight rows' chunk c a phase) and the V reads (8 lanes a phase: four
 // rows' 32 bytes) then meet no bank twice. The index of chunk c of row r:
 template <int kChunksPerRow>
@@ -171,20 +171,20 @@ struct GlobalRow {
     bool valid;
 };
 
-// Copies Rows rows (8 or 16) into a staged tile: 32 / Rows neighbouring lanes a row, each copy
-// instruction their neighbouring chunks of every row (whole 32-byte sectors; the fragments' own
-// order, 64 bytes a row over four strided lanes, read each sector twice through L2:
-// docs/decisions.md), so that a lane locates one row, not one per copy. row(r): where row r
-// starts and whether it exists (zeros where not).
+// Copies Rows rows into a staged tile, the warp's lanes on consecutive 16-byte chunks, so that
+// each copy instruction reads whole sectors (the fragments' own order, 64 bytes a row over
+// four neighbouring lanes, read each sector twice through L2; docs/decisions.md). row(r):
+// where row r starts and whether it exists (zeros where not).
 template <class T, int Rows, class RowFn>
 __device__ inline void copy_rows(uint4* tile, int lane, RowFn&& row) {
-    static_assert(32 % Rows == 0 && Rows <= 32, "whole lane groups a row");
-    constexpr int kChunks = T::kHeadDim / 8, kLanesPerRow = 32 / Rows;
-    const int r = lane / kLanesPerRow, part = lane % kLanesPerRow;
-    const auto [start, valid] = row(r);
+    constexpr int kChunks = T::kHeadDim / 8, kRowsPerCopy = 32 / kChunks;
+    const int chunk = lane % kChunks;
 #pragma unroll
-    for (int first = 0; first < kChunks; first += kLanesPerRow)
-        copy_async<16>(&tile[staged_chunk<T>(r, first + part)], start + (first + part) * 8, valid);
+    for (int first = 0; first < Rows; first += kRowsPerCopy) {
+        const int r = first + lane / kChunks;
+        const auto [start, valid] = row(r);
+        copy_async<16>(&tile[staged_chunk<T>(r, chunk)], start + chunk * 8, valid);
+    }
 }
 
 // A work item and the keys its pass sees, [kv_lo, kv_hi).
