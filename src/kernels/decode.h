@@ -212,9 +212,12 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         }
     }
     if constexpr (kUsesWarpMma<Config, GroupWidth>) {
-        // Passes of 8 rows; where every key fits one step, the warps stage their next items (in
-        // passes of 16 rows for more rows: staged_row_tiles()).
+        // Passes of 8 rows; where every key fits one step, the warps stage their next items (up to
+        // d128 in passes of 16 rows for more rows: staged_rows_as_m(), staged_row_tiles()).
         if (p.seqlen_kv <= MmaTraits<Config, 1>::kKeysPerStep) {
+            if constexpr (Config::head_dim <= 64) {
+                if (staged_rows_as_m(p.seqlen_kv, rows_per_kv_head(p), Config::head_dim)) return fn(MmaTraits<Config, 2, true, 4, 1, true>{});
+            }
             if constexpr (Config::head_dim <= 128) {
                 if (staged_row_tiles(p.seqlen_kv, rows_per_kv_head(p), Config::head_dim) == 2) return fn(MmaTraits<Config, 2, true>{});
             }
@@ -257,7 +260,7 @@ std::string describe(const FwdParams& p) {
                                     : !T::kShortKeys            ? "CUDA-core long-keys"
                                     : T::kKeys == Keys::two       ? "short-keys"
                                                                 : "few-keys (up to " + std::to_string(T::kKeyRange) + ")";
-        const std::string heads = T::kHeadsPerTile > 1 ? std::to_string(T::kHeadsPerTile) + " KV heads a tile of " : "";
+        const std::string heads = T::kHeadsPerTile > 1 ? std::to_string(T::kHeadsPerTile) + " KV heads a tile of " : T::kRowsAsM ? "rows as M, " : "";
         std::string text = variant + (T::kOptions ? " variant with run-time options (" : T::kPaged ? " variant with paged KV (" : " variant (") + heads + std::to_string(T::kRows) + " query row(s) a pass), " +
                            std::to_string(split.items) + " work items of " + std::to_string(T::kGroupWidth) + " lanes" +
                            (T::kThreads > BlockShape::kThreads ? " in blocks of " + std::to_string(T::kGroups) : "") + "; ";

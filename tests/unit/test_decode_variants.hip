@@ -89,33 +89,52 @@ TEST(DecodeVariants, HeadDim256TakesManyRowsOnTheTensorCoreLoop) {
     EXPECT_EQ(key_variant(3, 8, false, 8, false), Keys::few);  // no tensor-core loop (AMD)
 }
 
-TEST(DecodeVariants, StagedItemsTakeTwoRowTilesFromNineRows) {
-    // staged_row_tiles(keys, rows, head_dim): 16-row passes for 9-16 rows.
+TEST(DecodeVariants, StagedItemsTakeTwoRowTilesUpToHeadDim128) {
+    // staged_row_tiles(keys, rows, head_dim): 16-row passes for 9-16 rows, at d64 at every key count.
     EXPECT_EQ(staged_row_tiles(12, 9, 64), 2);
     EXPECT_EQ(staged_row_tiles(3, 16, 64), 2);
     EXPECT_EQ(staged_row_tiles(16, 16, 64), 2);
     EXPECT_EQ(staged_row_tiles(12, 8, 64), 1);
-    EXPECT_EQ(staged_row_tiles(3, 16, 128), 2);  // d128: at every key count
-    EXPECT_EQ(staged_row_tiles(16, 9, 128), 2);
+    EXPECT_EQ(staged_row_tiles(3, 16, 128), 2);  // d128: up to 19 rows and keys together
+    EXPECT_EQ(staged_row_tiles(10, 9, 128), 2);
+    EXPECT_EQ(staged_row_tiles(4, 16, 128), 1);
+    EXPECT_EQ(staged_row_tiles(11, 9, 128), 1);
     EXPECT_EQ(staged_row_tiles(3, 8, 128), 1);
-    EXPECT_EQ(staged_row_tiles(5, 16, 256), 1);  // d256: two passes of 8 (the 16-row kernel spills)
+    EXPECT_EQ(staged_row_tiles(5, 16, 256), 1);
+}
+
+TEST(DecodeVariants, StagedItemsOf16RowsTakeTheRowsAsMAtD64UpTo20RowsAndKeys) {
+    // staged_rows_as_m(keys, rows, head_dim): where staged_row_tiles gives two tiles, at d64, from
+    // 3 keys and up to 20 rows and keys together.
+    EXPECT_TRUE(staged_rows_as_m(3, 9, 64));
+    EXPECT_TRUE(staged_rows_as_m(4, 16, 64));
+    EXPECT_TRUE(staged_rows_as_m(11, 9, 64));
+    EXPECT_FALSE(staged_rows_as_m(12, 9, 64));
+    EXPECT_FALSE(staged_rows_as_m(5, 16, 64));
+    EXPECT_FALSE(staged_rows_as_m(2, 12, 64));
+    EXPECT_FALSE(staged_rows_as_m(4, 8, 64));  // one row tile
+    EXPECT_FALSE(staged_rows_as_m(3, 9, 128));
 }
 
 TEST(DecodeVariants, StagedTilesHoldSeveralHeadsOfFewRowsAndKeys) {
-    // staged_heads_per_tile(keys, rows, heads_kv, head_dim): 16 rows and 16 key slots shared by the heads
-    // whose rows and keys fit a share (powers of two), 3 to 8 keys, up to 8 rows.
+    // staged_heads_per_tile(keys, rows, heads_kv, head_dim): 16 rows and 16 key slots shared by
+    // the heads whose rows and keys fit a share (powers of two): from 3 rows and 3 keys, up to 12
+    // rows and keys together at d64, 8 at d128.
     EXPECT_EQ(staged_heads_per_tile(2, 4, 8, 64), 1);  // two keys keep their variant
     EXPECT_EQ(staged_heads_per_tile(3, 4, 8, 64), 4);
-    EXPECT_EQ(staged_heads_per_tile(4, 1, 8, 64), 4);
     EXPECT_EQ(staged_heads_per_tile(5, 4, 8, 64), 2);
     EXPECT_EQ(staged_heads_per_tile(3, 5, 8, 64), 2);
-    EXPECT_EQ(staged_heads_per_tile(8, 8, 8, 64), 2);
-    EXPECT_EQ(staged_heads_per_tile(9, 2, 8, 64), 1);
+    EXPECT_EQ(staged_heads_per_tile(8, 4, 8, 64), 2);
+    EXPECT_EQ(staged_heads_per_tile(8, 5, 8, 64), 1);
+    EXPECT_EQ(staged_heads_per_tile(4, 2, 8, 64), 1);  // 1 and 2 rows keep their variants
     EXPECT_EQ(staged_heads_per_tile(3, 9, 8, 64), 1);
     EXPECT_EQ(staged_heads_per_tile(3, 4, 1, 64), 1);  // one KV head: nothing to share
-    EXPECT_EQ(staged_heads_per_tile(3, 4, 8, 256), 1);  // d256: the 16-row kernel spills
     EXPECT_EQ(staged_heads_per_tile(3, 4, 2, 64), 2);  // no more than the heads there are
     EXPECT_EQ(staged_heads_per_tile(3, 4, 3, 64), 4);
+    EXPECT_EQ(staged_heads_per_tile(4, 4, 8, 128), 4);
+    EXPECT_EQ(staged_heads_per_tile(5, 3, 8, 128), 2);
+    EXPECT_EQ(staged_heads_per_tile(5, 4, 8, 128), 1);
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 8, 256), 1);  // d256: the 16-row kernel spills
 }
 
 TEST(DecodeVariants, FewKeyRangesPerHeadDimAndWave) {

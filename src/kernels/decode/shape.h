@@ -54,19 +54,35 @@ inline constexpr int kMinLoopRows = 3;
 inline constexpr int kMinLoopRowsFromSixKeys = 2;
 
 // Row tiles of 8 rows a pass of the staged tensor-core variant takes (decode/tensor_core.h): two
-// for 9-16 rows per KV head (decode/staged_rows.h, rows as M), where a second pass of 8 would
-// repeat an item's fixed cost for few bytes (docs/decisions.md, "Staged items of 16 rows with
-// the rows as M").
+// for 9-16 rows per KV head, where a second pass of 8 would repeat an item's fixed cost for few
+// bytes: at d64 for every key count it takes. At d128 the two tiles run at 3 blocks a
+// multiprocessor (4 spilled), which costs more than the second pass once an item has more bytes:
+// up to 19 rows and keys together. d256 gained only on part of that range (measured on the
+// short-key grid; docs/decisions.md, "Two row tiles a pass at d128", "Fewer instructions a
+// staged item").
+inline constexpr int kMaxTwoTileRowsAndKeysD128 = 19;
 constexpr int staged_row_tiles(int seqlen_kv, int rows, int head_dim) {
-    return rows > 8 && head_dim <= 128 ? 2 : 1;
+    return rows > 8 && (head_dim <= 64 || (head_dim <= 128 && rows + seqlen_kv <= kMaxTwoTileRowsAndKeysD128)) ? 2 : 1;
 }
 
-// KV heads one staged tile of 16 rows and 16 key slots takes (decode/staged_rows.h): several
-// where each head's rows and keys fit a share of both, 3-8 keys and up to 8 rows, so that an
-// item's fixed cost serves two or four heads' bytes (docs/decisions.md, "Staged tiles of several
-// KV heads"); 1: the variants below decide.
+// Staged items of 16 rows with the rows as the MMAs' M (decode/staged_rows.h) instead of two
+// row tiles: at d64 up to 20 rows and keys together (3 keys and more); past that, and at d128,
+// the two tiles measured faster (docs/decisions.md, "Staged items of 16 rows with the rows as M").
+inline constexpr int kMaxRowsAsMRowsAndKeysD64 = 20;
+constexpr bool staged_rows_as_m(int seqlen_kv, int rows, int head_dim) {
+    return staged_row_tiles(seqlen_kv, rows, head_dim) == 2 && head_dim <= 64 && seqlen_kv >= 3 &&
+           rows + seqlen_kv <= kMaxRowsAsMRowsAndKeysD64;
+}
+
+// KV heads one staged tile of 16 rows and 16 key slots takes (decode/staged_rows.h, rows as M):
+// several where each head's rows and keys fit a share of both, so that an item's fixed cost
+// serves two or four heads' bytes. Measured faster from 3 rows and 3 keys a head, up to 12 rows
+// and keys together at d64 and 8 at d128; 1 and 2 rows keep their variants, d256 too (the
+// kernel spills there) (docs/decisions.md, "Staged tiles of several KV heads"); 1: the variants
+// below decide.
 constexpr int staged_heads_per_tile(int seqlen_kv, int rows, int heads_kv, int head_dim) {
-    if (head_dim > 128 || seqlen_kv < 3 || seqlen_kv > 8 || rows > 8 || heads_kv < 2) return 1;
+    const int max_rows_and_keys = head_dim <= 64 ? 12 : head_dim <= 128 ? 8 : 0;
+    if (seqlen_kv < 3 || seqlen_kv > 8 || rows < 3 || rows > 8 || rows + seqlen_kv > max_rows_and_keys || heads_kv < 2) return 1;
     return min_of(16 / max_of(pow2_at_least(seqlen_kv), pow2_at_least(rows)), pow2_at_least(heads_kv));
 }
 

@@ -1,6 +1,6 @@
-// The staged one-step items of 16 rows (MmaTraits<.., 2, true>: 9-16 query rows per KV head, or
-// tiles of 2 or 4 KV heads' few rows and keys, MmaTraits<.., 2, true, 4, heads>) with the rows as
-// the MMAs' M dimension: S = Q K^T and O = P V in m16n8k16 tiles of 16 rows, so that
+// The staged one-step items of 16 rows (MmaTraits<.., 2, true, 4, 1, true>: 9-16 query rows per KV
+// head, or tiles of 2 or 4 KV heads' few rows and keys, MmaTraits<.., 2, true, 4, heads>) with the
+// rows as the MMAs' M dimension: S = Q K^T and O = P V in m16n8k16 tiles of 16 rows, so that
 // a lane holds two rows (not four), P's A fragments are S's accumulators packed (no transpose) and
 // V's B fragments come by ldmatrix .trans (no register moves); the finished rows go through
 // shared memory (stmatrix) and leave as 16-byte stores, two lanes a row, each lane locating one
@@ -12,17 +12,12 @@
 namespace fmha {
 namespace decode {
 
-// Head dim 256 computes O in two parts of 128 head dims: 16 rows of all 256 would hold 128
-// accumulators a lane.
-template <class T>
-inline constexpr int kOutputParts = T::kHeadDim > 128 ? 2 : 1;
-
 // A warp's tiles, [row][16-byte chunk] (swizzled as staged_chunk): Q's 16 rows, K's and V's 16
-// keys, and one output part's 16 rows on their way out.
+// keys, and O's 16 rows on their way out.
 template <class T>
 struct RowsAsMTiles {
-    static constexpr int kChunks = T::kHeadDim / 8, kPartChunks = kChunks / kOutputParts<T>;
-    uint4 q[16 * kChunks], k[16 * kChunks], v[16 * kChunks], o[16 * kPartChunks];
+    static constexpr int kChunks = T::kHeadDim / 8;
+    uint4 q[16 * kChunks], k[16 * kChunks], v[16 * kChunks], o[16 * kChunks];
 };
 
 template <class T, class Config>
@@ -30,7 +25,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
     constexpr DType kDType = Config::dtype;
     using Numeric = DTypeTraits<kDType>;
     using Tiles = RowsAsMTiles<T>;
-    constexpr int kChunks = Tiles::kChunks, kPartChunks = Tiles::kPartChunks;
+    constexpr int kChunks = Tiles::kChunks;
     constexpr bool kMasked = Config::mask == Mask::causal;
     static_assert(T::kRowsAsM && T::kTileRows == 16 && T::kKeysPerStep == 16 && !T::kOptions, "16 rows at up to 16 keys");
 
@@ -124,31 +119,27 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
                 if (mine[e].valid) store_lse<false>(p, heads[e].batch, mine[e].head, mine[e].position, row_max[e], row_sum[e]);
         }
 
-        // O = P V a part at a time: acc[n] holds rows g (0, 1) and g + 8 (2, 3), head dims 8n + 2t
-        // (+1) of the part; times 1 / sum into tiles.o by stmatrix, then two lanes a row store it.
+        // O = P V: acc[n] holds rows g (0, 1) and g + 8 (2, 3), head dims 8n + 2t (+1); times
+        // 1 / sum into tiles.o by stmatrix, then two lanes a row store it.
+        float acc[kChunks][4] = {};
+#pragma unroll
+        for (int c = 0; c < kChunks / 2; ++c) mma_16x16x16<kDType>(acc[2 * c], acc[2 * c + 1], pa, vb[c]);
+#pragma unroll
+        for (int c = 0; c < kChunks / 2; ++c) {
+            const uint32_t words[4] = {
+                pack2<Numeric>(acc[2 * c][0] * inv[0], acc[2 * c][1] * inv[0]), pack2<Numeric>(acc[2 * c][2] * inv[1], acc[2 * c][3] * inv[1]),
+                pack2<Numeric>(acc[2 * c + 1][0] * inv[0], acc[2 * c + 1][1] * inv[0]),
+                pack2<Numeric>(acc[2 * c + 1][2] * inv[1], acc[2 * c + 1][3] * inv[1])};
+            store_matrices_x4<kDType>(words, &tiles.o[staged_chunk<T>(m_row, 2 * c + m_chunk)]);
+        }
+        sync_warp();  // tiles.o written
         const int r = lane / 2;
         WorkItem of_head;
         const QueryRow row = tile_row(r, of_head);
-        uint4* const out = reinterpret_cast<uint4*>(row_start(static_cast<uint16_t*>(p.o), p.o_strides, nullptr, of_head.batch, row.head, row.position));
+        if (row.valid) {
+            uint4* const out = reinterpret_cast<uint4*>(row_start(static_cast<uint16_t*>(p.o), p.o_strides, nullptr, of_head.batch, row.head, row.position));
 #pragma unroll
-        for (int part = 0; part < kOutputParts<T>; ++part) {
-            float acc[kPartChunks][4] = {};
-#pragma unroll
-            for (int c = 0; c < kPartChunks / 2; ++c) mma_16x16x16<kDType>(acc[2 * c], acc[2 * c + 1], pa, vb[part * kPartChunks / 2 + c]);
-            if (part > 0) sync_warp();  // the previous part's rows are out of tiles.o
-#pragma unroll
-            for (int c = 0; c < kPartChunks / 2; ++c) {
-                const uint32_t words[4] = {
-                    pack2<Numeric>(acc[2 * c][0] * inv[0], acc[2 * c][1] * inv[0]), pack2<Numeric>(acc[2 * c][2] * inv[1], acc[2 * c][3] * inv[1]),
-                    pack2<Numeric>(acc[2 * c + 1][0] * inv[0], acc[2 * c + 1][1] * inv[0]),
-                    pack2<Numeric>(acc[2 * c + 1][2] * inv[1], acc[2 * c + 1][3] * inv[1])};
-                store_matrices_x4<kDType>(words, &tiles.o[swizzled_chunk<kPartChunks>(m_row, 2 * c + m_chunk)]);
-            }
-            sync_warp();  // tiles.o written
-            if (row.valid) {
-#pragma unroll
-                for (int c = lane % 2; c < kPartChunks; c += 2) out[part * kPartChunks + c] = tiles.o[swizzled_chunk<kPartChunks>(r, c)];
-            }
+            for (int c = lane % 2; c < kChunks; c += 2) out[c] = tiles.o[staged_chunk<T>(r, c)];
         }
     }
     copy_async_wait_all();  // the copies past the last item land before the block ends

@@ -37,8 +37,12 @@ namespace decode {
 // and paged launches whose items take at least that many splits: a block then merges all of an
 // item's splits in shared memory, where blocks of four send them through the workspace and the
 // combine kernel (takes_wide_blocks() in decode.h; docs/decisions.md).
+//
+// HeadsPerTile, RowsAsM: staged items of 16 rows (two row tiles) that run staged_rows_kernel
+// (decode/staged_rows.h), the rows on the M side, of one KV head or of HeadsPerTile KV heads'
+// few rows and keys each.
 inline constexpr int kWideWarps = 16;
-template <class Config, int RowTiles, bool StagesItems = false, int Warps = 4, int HeadsPerTile = 1>
+template <class Config, int RowTiles, bool StagesItems = false, int Warps = 4, int HeadsPerTile = 1, bool RowsAsM = (HeadsPerTile > 1)>
 struct MmaTraits : BlockShape {
     static constexpr int kThreads = 32 * Warps;
     // sm_90 blocks may ask for up to 227 KB; a wide block's merge buffer takes 66 KB at head dim 128.
@@ -63,19 +67,21 @@ struct MmaTraits : BlockShape {
     static constexpr bool kWarpMma = true;
     static constexpr bool kStagesItems = StagesItems;
     static constexpr bool kShortKeys = StagesItems;  // one step: no loop, no key splits
-    static constexpr bool kRowsAsM = StagesItems && RowTiles == 2;  // staged_rows_kernel
-    static_assert(HeadsPerTile == 1 || kRowsAsM, "several KV heads a tile: staged_rows_kernel only");
+    static constexpr bool kRowsAsM = RowsAsM;  // staged_rows_kernel
+    static_assert(!RowsAsM || (StagesItems && RowTiles == 2 && kHeadDim <= 128), "rows as M: staged items of 16 rows, up to d128");
+    static_assert(HeadsPerTile == 1 || RowsAsM, "several KV heads a tile: staged_rows_kernel only");
     static constexpr Keys kKeys = Keys::many;
     static constexpr int kKeyRange = StagesItems ? kKeysPerStep : INT32_MAX;
     // One row tile up to head dim 128 fits 128 registers: 4 blocks (16 warps) per multiprocessor,
     // or one wide block; asking for it measured faster on the long-KV cases (docs/decisions.md).
     // Head dim 256 (one row tile) takes up to 255: 2 blocks, each warp's 16 KB step in flight.
-    // Staged items of two row tiles (staged_rows_kernel) fit 96 registers at head dim 64: 5 blocks;
-    // at 128 shared memory holds them to 3 blocks (16 KB a warp), which leaves 168 registers.
+    // Staged items of two row tiles at head dim 128 take 3 blocks (168 registers): at 4 they spilled;
+    // with the rows as M (staged_rows_kernel) they fit 96 registers at head dim 64: 5 blocks, and
+    // at 128 shared memory holds them to 3 (16 KB a warp).
     static constexpr int kMinBlocks = Warps > 4             ? 1
                                       : kHeadDim > 128      ? 2
-                                      : RowTiles == 1       ? (StagesItems && kHeadDim <= 64 ? 5 : 4)
-                                      : StagesItems         ? (kHeadDim > 64 ? 3 : 5)
+                                      : RowTiles == 1       ? 4
+                                      : StagesItems         ? (kHeadDim > 64 ? 3 : RowsAsM ? 5 : 4)
                                                             : 1;
     // There Q's fragments wait in shared memory, which frees 16 registers, and ptxas's schedule
     // of the key loop measured faster; two row tiles (registers to spare at 1 block per
@@ -95,13 +101,9 @@ __device__ inline uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w
 // an XOR with r & 7: the copies (a warp's lanes on consecutive chunks), the K and Q fragments'
 // matrix reads (ldmatrix: eight rows' chunk c a phase) and the V reads (8 lanes a phase: four
 // rows' 32 bytes) then meet no bank twice. The index of chunk c of row r:
-template <int kChunksPerRow>
-__device__ inline int swizzled_chunk(int r, int c) {
-    return r * kChunksPerRow + (c ^ (r & 7));
-}
 template <class T>
 __device__ inline int staged_chunk(int r, int c) {
-    return swizzled_chunk<T::kHeadDim / 8>(r, c);
+    return r * (T::kHeadDim / 8) + (c ^ (r & 7));
 }
 
 // A lane's Q^T fragments (B of S^T = K Q^T), [row tile][vector]: in registers or, where
