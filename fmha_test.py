@@ -823,7 +823,7 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
 @pytest.mark.parametrize("args, expected", [
     (GPU_RUNS["config3"], r"short-keys variant \(1 query row\(s\) a pass\), 983040 work items .*; keys not split$"),
     (GPU_RUNS["gqa"], r"short-keys variant \(4 query row\(s\) a pass\), 245760 work items .*; keys not split$"),
-    # 3 to 8 keys and 3 to 8 rows per KV head beside warp MMAs (up to 12 rows and keys together
+    # 3 to 8 keys and 3 to 7 rows per KV head beside warp MMAs (up to 12 rows and keys together
     # at d64, 8 at d128): staged tiles of 2 or 4 KV heads; 3 to 16 keys otherwise: one step of a
     # few-keys variant (d256 up to 2 rows per KV head; beside warp MMAs up to 2 rows), else the
     # tensor-core variant's staged one-step form where the arch has warp MMAs (16 rows a pass for

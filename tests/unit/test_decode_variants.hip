@@ -118,14 +118,15 @@ TEST(DecodeVariants, StagedItemsOf16RowsTakeTheRowsAsMAtD64UpTo20RowsAndKeys) {
 
 TEST(DecodeVariants, StagedTilesHoldSeveralHeadsOfFewRowsAndKeys) {
     // staged_heads_per_tile(keys, rows, heads_kv, head_dim): 16 rows and 16 key slots shared by
-    // the heads whose rows and keys fit a share (powers of two): from 3 rows and 3 keys, up to 12
-    // rows and keys together at d64, 8 at d128.
+    // the heads whose rows and keys fit a share (powers of two): from 3 rows and 3 keys, up to 7
+    // rows and 12 rows and keys together at d64, 8 at d128.
     EXPECT_EQ(staged_heads_per_tile(2, 4, 8, 64), 1);  // two keys keep their variant
     EXPECT_EQ(staged_heads_per_tile(3, 4, 8, 64), 4);
     EXPECT_EQ(staged_heads_per_tile(5, 4, 8, 64), 2);
     EXPECT_EQ(staged_heads_per_tile(3, 5, 8, 64), 2);
     EXPECT_EQ(staged_heads_per_tile(8, 4, 8, 64), 2);
     EXPECT_EQ(staged_heads_per_tile(8, 5, 8, 64), 1);
+    EXPECT_EQ(staged_heads_per_tile(4, 8, 8, 64), 1);  // 8 rows keep the one-tile pass
     EXPECT_EQ(staged_heads_per_tile(4, 2, 8, 64), 1);  // 1 and 2 rows keep their variants
     EXPECT_EQ(staged_heads_per_tile(3, 9, 8, 64), 1);
     EXPECT_EQ(staged_heads_per_tile(3, 4, 1, 64), 1);  // one KV head: nothing to share

@@ -76,13 +76,13 @@ constexpr bool staged_rows_as_m(int seqlen_kv, int rows, int head_dim) {
 
 // KV heads one staged tile of 16 rows and 16 key slots takes (decode/staged_rows.h, rows as M):
 // several where each head's rows and keys fit a share of both, so that an item's fixed cost
-// serves two or four heads' bytes. Measured faster from 3 rows and 3 keys a head, up to 12 rows
-// and keys together at d64 and 8 at d128; 1 and 2 rows keep their variants, d256 too (the
-// kernel spills there) (docs/decisions.md, "Staged tiles of several KV heads"); 1: the variants
-// below decide.
+// serves two or four heads' bytes. Measured faster from 3 rows and 3 keys a head, up to 7 rows
+// and 12 rows and keys together at d64, 8 at d128; 1 and 2 rows keep their variants, d256 too
+// (the kernel spills there) (docs/decisions.md, "Staged tiles of several KV heads"); 1: the
+// variants below decide.
 constexpr int staged_heads_per_tile(int seqlen_kv, int rows, int heads_kv, int head_dim) {
     const int max_rows_and_keys = head_dim <= 64 ? 12 : head_dim <= 128 ? 8 : 0;
-    if (seqlen_kv < 3 || seqlen_kv > 8 || rows < 3 || rows > 8 || rows + seqlen_kv > max_rows_and_keys || heads_kv < 2) return 1;
+    if (seqlen_kv < 3 || seqlen_kv > 8 || rows < 3 || rows > 7 || rows + seqlen_kv > max_rows_and_keys || heads_kv < 2) return 1;
     return min_of(16 / max_of(pow2_at_least(seqlen_kv), pow2_at_least(rows)), pow2_at_least(heads_kv));
 }
 
