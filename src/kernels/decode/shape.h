@@ -67,7 +67,7 @@ constexpr int staged_row_tiles(int seqlen_kv, int rows, int head_dim) {
 
 // Staged items of 16 rows with the rows as the MMAs' M (decode/staged_rows.h) instead of two
 // row tiles: at d64 up to 20 rows and keys together (3 keys and more); past that, and at d128,
-// the two tiles measured faster (docs/decisions.md, "Staged items of 16 rows with the rows as M").
+// the two tiles measured faster. d256 keeps two passes of 8: the kernel spills there.
 inline constexpr int kMaxRowsAsMRowsAndKeysD64 = 20;
 constexpr bool staged_rows_as_m(int seqlen_kv, int rows, int head_dim) {
     return staged_row_tiles(seqlen_kv, rows, head_dim) == 2 && head_dim <= 64 && seqlen_kv >= 3 &&
@@ -77,9 +77,9 @@ constexpr bool staged_rows_as_m(int seqlen_kv, int rows, int head_dim) {
 // KV heads one staged tile of 16 rows and 16 key slots takes (decode/staged_rows.h, rows as M):
 // several where each head's rows and keys fit a share of both, so that an item's fixed cost
 // serves two or four heads' bytes. Measured faster from 3 rows and 3 keys a head, up to 7 rows
-// and 12 rows and keys together at d64, 8 at d128; 1 and 2 rows keep their variants, d256 too
-// (the kernel spills there) (docs/decisions.md, "Staged tiles of several KV heads"); 1: the
-// variants below decide.
+// and 12 rows and keys together at d64, 8 at d128; 1 and 2 rows keep their variants, d256 too.
+// 1: the variants below decide. (Both: docs/decisions.md, "Staged items of 16 rows with the rows
+// as M; staged tiles of several KV heads".)
 constexpr int staged_heads_per_tile(int seqlen_kv, int rows, int heads_kv, int head_dim) {
     const int max_rows_and_keys = head_dim <= 64 ? 12 : head_dim <= 128 ? 8 : 0;
     if (seqlen_kv < 3 || seqlen_kv > 8 || rows < 3 || rows > 7 || rows + seqlen_kv > max_rows_and_keys || heads_kv < 2) return 1;

@@ -4,7 +4,8 @@
 // a lane holds two rows (not four), P's A fragments are S's accumulators packed (no transpose) and
 // V's B fragments come by ldmatrix .trans (no register moves); the finished rows go through
 // shared memory (stmatrix) and leave as 16-byte stores, two lanes a row, each lane locating one
-// row (docs/decisions.md, "Staged items of 16 rows with the rows as M").
+// row (docs/decisions.md, "Staged items of 16 rows with the rows as M; staged tiles of several
+// KV heads").
 #pragma once
 
 #include "kernels/decode/tensor_core.h"
