@@ -44,17 +44,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items; first += int64_t(gridDim.x) * T::kGroups) {
         const WorkItem item = next.item;
         const int kv_lo = next.kv_lo, kv_hi = next.kv_hi;
-        // Tile row r: row r % T::kRows of the tile's KV head r / T::kRows (one head unless packed).
-        auto tile_row = [&](int r, WorkItem& of_head) {
-            if constexpr (T::kHeadsPerTile == 1) {
-                of_head = item;
-                return query_row(p, plan, item, item.pass * T::kRows + r);
-            }
-            of_head = item_of_head<T>(item, r / T::kRows);
-            QueryRow row = query_row(p, plan, of_head, of_head.pass * T::kRows + r % T::kRows);
-            row.valid = row.valid && of_head.head_kv < p.heads_kv;
-            return row;
-        };
+        auto tile_row = [&](int r, WorkItem& of_head) { return tile_query_row<T>(p, plan, item, r, of_head); };
         WorkItem heads[2];
         const QueryRow mine[2] = {tile_row(g, heads[0]), tile_row(g + 8, heads[1])};
         copy_async_wait_all();

@@ -202,6 +202,21 @@ __device__ inline WorkItem item_of_head(WorkItem item, int h) {
     return item;
 }
 
+// Row r of a staged tile (T::kTileRows rows): row r % T::kRows of the tile's KV head r / T::kRows
+// (one head unless T::kHeadsPerTile > 1; a head past the last one is not valid). of_head: that
+// head's item.
+template <class T>
+__device__ inline QueryRow tile_query_row(const FwdParams& p, const Plan& plan, const WorkItem& item, int r, WorkItem& of_head) {
+    if constexpr (T::kHeadsPerTile == 1) {
+        of_head = item;
+        return query_row(p, plan, item, item.pass * T::kRows + r);
+    }
+    of_head = item_of_head<T>(item, r / T::kRows);
+    QueryRow row = query_row(p, plan, of_head, of_head.pass * T::kRows + r % T::kRows);
+    row.valid = row.valid && of_head.head_kv < p.heads_kv;
+    return row;
+}
+
 // Staged items: copies the Q rows (T::kTileRows, into q_tile) and the K and V rows of the item at
 // `index` into a warp's tiles (zeros past its keys and rows; an index past the last item copies
 // only zeros). A tile of several KV heads (T::kHeadsPerTile) holds each head's T::kRows rows and
@@ -214,11 +229,12 @@ __device__ inline ItemKeys stage_item(const FwdParams& p, const Plan& plan, int6
     const auto* q = static_cast<const uint16_t*>(p.q);
     const auto* k = static_cast<const uint16_t*>(p.k);
     const auto* v = static_cast<const uint16_t*>(p.v);
+    copy_rows<T, T::kTileRows>(q_tile, lane, [&](int r) {
+        WorkItem of_head;
+        const QueryRow row = tile_query_row<T>(p, plan, at.item, r, of_head);
+        return GlobalRow{row_start(q, p.q_strides, nullptr, of_head.batch, row.head, row.position), row.valid};
+    });
     if constexpr (T::kHeadsPerTile == 1) {
-        copy_rows<T, T::kRows>(q_tile, lane, [&](int r) {
-            const QueryRow row = query_row(p, plan, at.item, at.item.pass * T::kRows + r);
-            return GlobalRow{row_start(q, p.q_strides, nullptr, at.item.batch, row.head, row.position), row.valid};
-        });
         const uint16_t* k_rows = row_start(k, p.k_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
         const uint16_t* v_rows = row_start(v, p.v_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
         copy_rows<T, T::kKeysPerStep>(k_tile, lane, [&](int r) {
@@ -228,14 +244,8 @@ __device__ inline ItemKeys stage_item(const FwdParams& p, const Plan& plan, int6
             return GlobalRow{v_rows + int64_t(r) * p.v_strides.row, at.kv_lo + r < at.kv_hi};
         });
     } else {
-        // Tile row r: row r % kRows of the tile's head r / kRows; key slot s: key kv_lo + s % kKeySlots
-        // of its head s / kKeySlots. A head past the last one copies zeros.
-        copy_rows<T, T::kTileRows>(q_tile, lane, [&](int r) {
-            const WorkItem of_head = item_of_head<T>(at.item, r / T::kRows);
-            const QueryRow row = query_row(p, plan, of_head, of_head.pass * T::kRows + r % T::kRows);
-            return GlobalRow{row_start(q, p.q_strides, nullptr, of_head.batch, row.head, row.position),
-                             row.valid && of_head.head_kv < p.heads_kv};
-        });
+        // Key slot s: key kv_lo + s % kKeySlots of the tile's head s / kKeySlots; a head past the
+        // last one copies zeros.
         auto key_row = [&](const uint16_t* base, const TensorStrides& strides, int slot) {
             const int head_kv = item_of_head<T>(at.item, slot / T::kKeySlots).head_kv, key = at.kv_lo + slot % T::kKeySlots;
             return GlobalRow{row_start(base, strides, nullptr, at.item.batch, head_kv, key), key < at.kv_hi && head_kv < p.heads_kv};
