@@ -187,7 +187,7 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
             return fn(WithOptions<Traits<Config, GroupWidth, 4, Keys::many>>{});
         }
     }
-    if constexpr (kUsesWarpMma<Config, GroupWidth> && Config::head_dim <= 128) {
+    if constexpr (kUsesWarpMma<Config, GroupWidth>) {
         switch (staged_heads_per_tile(p.seqlen_kv, rows_per_kv_head(p), p.heads_kv, Config::head_dim)) {
         case 4: return fn(MmaTraits<Config, 2, true, 4, 4>{});
         case 2: return fn(MmaTraits<Config, 2, true, 4, 2>{});
@@ -212,10 +212,10 @@ auto with_variant(const FwdParams& p, Fn&& fn) {
         }
     }
     if constexpr (kUsesWarpMma<Config, GroupWidth>) {
-        // Passes of 8 rows; where every key fits one step, the warps stage their next items (up to
-        // d128 in passes of 16 rows for more rows: staged_rows_as_m(), staged_row_tiles()).
+        // Passes of 8 rows; where every key fits one step, the warps stage their next items (in
+        // passes of 16 rows for more rows: staged_rows_as_m(), staged_row_tiles()).
         if (p.seqlen_kv <= MmaTraits<Config, 1>::kKeysPerStep) {
-            if constexpr (Config::head_dim <= 64) {
+            if constexpr (max_rows_as_m_rows_and_keys(Config::head_dim) > 0) {
                 if (staged_rows_as_m(p.seqlen_kv, rows_per_kv_head(p), Config::head_dim)) return fn(MmaTraits<Config, 2, true, 4, 1, true>{});
             }
             if constexpr (Config::head_dim <= 128) {

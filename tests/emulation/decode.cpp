@@ -38,7 +38,7 @@ inline thread_local dim3 blockDim;
 #undef __shared__
 #define __shared__
 namespace fmha::decode {
-alignas(16) float4 block_shared[64 * 1024 / sizeof(float4)];
+alignas(16) float4 block_shared[128 * 1024 / sizeof(float4)];
 }  // namespace fmha::decode
 
 #include "fmha_catalogue.h"
@@ -274,12 +274,15 @@ int main() {
     // 16-row passes with the rows as M (staged_rows_kernel): no mask, 20 rows in two passes; a window.
     ok &= run<N128NoMask, MmaTraits<N128NoMask, 2, true, 4, 1, true>>("staged 16 rows as M, no mask", {3, 8, 2, 5, 14, -1, true}, 46);
     ok &= run<N64, MmaTraits<N64, 2, true, 4, 1, true>>("staged 16 rows as M, window", {3, 8, 2, 3, 12, 5, true}, 47);
+    ok &= run<N256, MmaTraits<N256, 2, true, 4, 1, true>>("staged 16 rows as M, d256 in parts", {7, 6, 1, 2, 9, -1, true, 4}, 48);
     // Tiles of several KV heads: 2 heads of up to 8 rows and 8 keys, 4 of up to 4 and 4; head
     // counts that leave the last tile part empty.
     ok &= run<N64, MmaTraits<N64, 2, true, 4, 2>>("staged, 2 heads a tile", {3, 10, 5, 1, 7, -1, true, 4}, 49);
     ok &= run<N128, MmaTraits<N128, 2, true, 4, 2>>("staged, 2 heads a tile, MHA", {2, 3, 3, 6, 8, -1, true}, 50);
     ok &= run<N64, MmaTraits<N64, 2, true, 4, 4>>("staged, 4 heads a tile", {3, 14, 7, 2, 4, -1, true, 4}, 51);
     ok &= run<N128NoMask, MmaTraits<N128NoMask, 2, true, 4, 2>>("staged, 2 heads a tile, no mask", {3, 8, 4, 2, 5, -1, true}, 53);
+    using N256Gqa = KernelConfig<DType::bf16, 256, HeadsKind::gqa, Mask::causal, Arch::sm90>;
+    ok &= run<N256Gqa, MmaTraits<N256Gqa, 2, true, 4, 4>>("staged, 4 heads a tile, d256", {3, 12, 6, 2, 4, -1, true, 4}, 52);
     ok &= run<N128NoMask, MmaTraits<N128NoMask, 1>>("tensor-core loop, split in blocks", {2, 8, 2, 1, 300, -1, true, 16}, 37);
     ok &= run<N64, MmaTraits<N64, 1>>("tensor-core loop, window", {1, 4, 2, 3, 200, 50, true, 8}, 38);
     ok &= run<N128, MmaTraits<N128, 1>>("tensor-core loop, workspace", {1, 4, 2, 2, 600, -1, false, 64}, 39);

@@ -103,9 +103,9 @@ TEST(DecodeVariants, StagedItemsTakeTwoRowTilesUpToHeadDim128) {
     EXPECT_EQ(staged_row_tiles(5, 16, 256), 1);
 }
 
-TEST(DecodeVariants, StagedItemsOf16RowsTakeTheRowsAsMAtD64UpTo20RowsAndKeys) {
-    // staged_rows_as_m(keys, rows, head_dim): where staged_row_tiles gives two tiles, at d64, from
-    // 3 keys and up to 20 rows and keys together.
+TEST(DecodeVariants, StagedItemsOf16RowsTakeTheRowsAsMUpTo20RowsAndKeysAtD64And18AtD256) {
+    // staged_rows_as_m(keys, rows, head_dim): 9-16 rows from 3 keys, up to 20 rows and keys
+    // together at d64, 18 at d256; d128 keeps its two row tiles.
     EXPECT_TRUE(staged_rows_as_m(3, 9, 64));
     EXPECT_TRUE(staged_rows_as_m(4, 16, 64));
     EXPECT_TRUE(staged_rows_as_m(11, 9, 64));
@@ -114,12 +114,19 @@ TEST(DecodeVariants, StagedItemsOf16RowsTakeTheRowsAsMAtD64UpTo20RowsAndKeys) {
     EXPECT_FALSE(staged_rows_as_m(2, 12, 64));
     EXPECT_FALSE(staged_rows_as_m(4, 8, 64));  // one row tile
     EXPECT_FALSE(staged_rows_as_m(3, 9, 128));
+    EXPECT_TRUE(staged_rows_as_m(3, 9, 256));
+    EXPECT_TRUE(staged_rows_as_m(9, 9, 256));
+    EXPECT_TRUE(staged_rows_as_m(3, 15, 256));
+    EXPECT_FALSE(staged_rows_as_m(3, 16, 256));
+    EXPECT_FALSE(staged_rows_as_m(10, 9, 256));
+    EXPECT_FALSE(staged_rows_as_m(2, 9, 256));
+    EXPECT_FALSE(staged_rows_as_m(3, 8, 256));
 }
 
 TEST(DecodeVariants, StagedTilesHoldSeveralHeadsOfFewRowsAndKeys) {
     // staged_heads_per_tile(keys, rows, heads_kv, head_dim): 16 rows and 16 key slots shared by
-    // the heads whose rows and keys fit a share (powers of two): from 3 rows and 3 keys, up to 7
-    // rows and 12 rows and keys together at d64, 8 at d128.
+    // the heads whose rows and keys fit a share (powers of two): from 3 keys and 3 rows (2 at
+    // d256), up to 7 rows and 12 rows and keys together at d64, 8 at d128 and d256.
     EXPECT_EQ(staged_heads_per_tile(2, 4, 8, 64), 1);  // two keys keep their variant
     EXPECT_EQ(staged_heads_per_tile(3, 4, 8, 64), 4);
     EXPECT_EQ(staged_heads_per_tile(5, 4, 8, 64), 2);
@@ -135,7 +142,11 @@ TEST(DecodeVariants, StagedTilesHoldSeveralHeadsOfFewRowsAndKeys) {
     EXPECT_EQ(staged_heads_per_tile(4, 4, 8, 128), 4);
     EXPECT_EQ(staged_heads_per_tile(5, 3, 8, 128), 2);
     EXPECT_EQ(staged_heads_per_tile(5, 4, 8, 128), 1);
-    EXPECT_EQ(staged_heads_per_tile(3, 4, 8, 256), 1);  // d256: the 16-row kernel spills
+    EXPECT_EQ(staged_heads_per_tile(3, 4, 8, 256), 4);
+    EXPECT_EQ(staged_heads_per_tile(3, 2, 8, 256), 4);
+    EXPECT_EQ(staged_heads_per_tile(6, 2, 8, 256), 2);
+    EXPECT_EQ(staged_heads_per_tile(3, 1, 8, 256), 1);
+    EXPECT_EQ(staged_heads_per_tile(4, 5, 8, 256), 1);
 }
 
 TEST(DecodeVariants, FewKeyRangesPerHeadDimAndWave) {

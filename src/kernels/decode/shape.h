@@ -66,23 +66,23 @@ constexpr int staged_row_tiles(int seqlen_kv, int rows, int head_dim) {
 }
 
 // Staged items of 16 rows with the rows as the MMAs' M (decode/staged_rows.h) instead of two
-// row tiles: at d64 up to 20 rows and keys together (3 keys and more); past that, and at d128,
-// the two tiles measured faster. d256 keeps two passes of 8: the kernel spills there.
-inline constexpr int kMaxRowsAsMRowsAndKeysD64 = 20;
+// row tiles (d64, d128) or two passes of 8 (d256): from 3 keys while rows and keys together stay
+// within the limit below; past it, and at d128, the row tiles measured faster. At d256 the kernel
+// computes O in two parts (docs/decisions.md, "Staged items of 16 rows with the rows as M; staged
+// tiles of several KV heads", "d256 on the rows-as-M kernel").
+constexpr int max_rows_as_m_rows_and_keys(int head_dim) { return head_dim <= 64 ? 20 : head_dim <= 128 ? 0 : 18; }
 constexpr bool staged_rows_as_m(int seqlen_kv, int rows, int head_dim) {
-    return staged_row_tiles(seqlen_kv, rows, head_dim) == 2 && head_dim <= 64 && seqlen_kv >= 3 &&
-           rows + seqlen_kv <= kMaxRowsAsMRowsAndKeysD64;
+    return rows > 8 && seqlen_kv >= 3 && rows + seqlen_kv <= max_rows_as_m_rows_and_keys(head_dim);
 }
 
 // KV heads one staged tile of 16 rows and 16 key slots takes (decode/staged_rows.h, rows as M):
 // several where each head's rows and keys fit a share of both, so that an item's fixed cost
-// serves two or four heads' bytes. Measured faster from 3 rows and 3 keys a head, up to 7 rows
-// and 12 rows and keys together at d64, 8 at d128; 1 and 2 rows keep their variants, d256 too.
-// 1: the variants below decide. (Both: docs/decisions.md, "Staged items of 16 rows with the rows
-// as M; staged tiles of several KV heads".)
+// serves two or four heads' bytes. Measured faster from 3 keys and 3 rows a head (2 at d256), up
+// to 7 rows and 12 rows and keys together at d64, 8 at d128 and d256; fewer rows keep their
+// variants. 1: the variants below decide (same entries of docs/decisions.md).
 constexpr int staged_heads_per_tile(int seqlen_kv, int rows, int heads_kv, int head_dim) {
-    const int max_rows_and_keys = head_dim <= 64 ? 12 : head_dim <= 128 ? 8 : 0;
-    if (seqlen_kv < 3 || seqlen_kv > 8 || rows < 3 || rows > 7 || rows + seqlen_kv > max_rows_and_keys || heads_kv < 2) return 1;
+    const int min_rows = head_dim <= 128 ? 3 : 2, max_rows_and_keys = head_dim <= 64 ? 12 : 8;
+    if (seqlen_kv < 3 || seqlen_kv > 8 || rows < min_rows || rows > 7 || rows + seqlen_kv > max_rows_and_keys || heads_kv < 2) return 1;
     return min_of(16 / max_of(pow2_at_least(seqlen_kv), pow2_at_least(rows)), pow2_at_least(heads_kv));
 }
 

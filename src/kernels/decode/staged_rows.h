@@ -13,12 +13,18 @@
 namespace fmha {
 namespace decode {
 
+// Head dim 256 computes O in two parts of 128 head dims (16 rows of all 256 would hold 128
+// accumulators a lane), each part's V fragments loaded for it; so the next item's V copies wait
+// for the last part (its Q and K copies go out after S as elsewhere).
+template <class T>
+inline constexpr int kOutputParts = T::kHeadDim > 128 ? 2 : 1;
+
 // A warp's tiles, [row][16-byte chunk] (swizzled as staged_chunk): Q's 16 rows, K's and V's 16
-// keys, and O's 16 rows on their way out.
+// keys, and one output part's 16 rows on their way out.
 template <class T>
 struct RowsAsMTiles {
-    static constexpr int kChunks = T::kHeadDim / 8;
-    uint4 q[16 * kChunks], k[16 * kChunks], v[16 * kChunks], o[16 * kChunks];
+    static constexpr int kChunks = T::kHeadDim / 8, kPartChunks = kChunks / kOutputParts<T>;
+    uint4 q[16 * kChunks], k[16 * kChunks], v[16 * kChunks], o[16 * kPartChunks];
 };
 
 template <class T, class Config>
@@ -26,7 +32,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
     constexpr DType kDType = Config::dtype;
     using Numeric = DTypeTraits<kDType>;
     using Tiles = RowsAsMTiles<T>;
-    constexpr int kChunks = Tiles::kChunks;
+    constexpr int kChunks = Tiles::kChunks, kPartChunks = Tiles::kPartChunks;
+    constexpr bool kLateValues = kOutputParts<T> > 1;
     constexpr bool kMasked = Config::mask == Mask::causal;
     static_assert(T::kRowsAsM && T::kTileRows == 16 && T::kKeysPerStep == 16 && !T::kOptions, "16 rows at up to 16 keys");
 
@@ -38,9 +45,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
     // This lane's matrix row for ldmatrix / stmatrix over 16 rows and two chunks: lane l gives
     // row l % 8 + 8 ((l / 8) % 2) of chunk l / 16 (the A operand's and C's order).
     const int m_row = lane % 8 + 8 * (lane / 8 % 2), m_chunk = lane / 16;
-    auto stage = [&](int64_t index) { return stage_item<T, kMasked>(p, plan, index, tiles.q, tiles.k, tiles.v, lane); };
+    auto stage = [&](int64_t index) { return stage_item<T, kMasked>(p, plan, index, tiles.q, tiles.k, kLateValues ? nullptr : tiles.v, lane); };
+    auto part_chunk = [](int r, int c) { return r * kPartChunks + (c ^ (r & 7)); };  // as staged_chunk
 
     ItemKeys next = stage(int64_t(blockIdx.x) * T::kGroups + warp_in_block);
+    if constexpr (kLateValues) copy_key_rows<T>(p, next, p.v, p.v_strides, tiles.v, lane);
     for (int64_t first = int64_t(blockIdx.x) * T::kGroups; first < plan.items; first += int64_t(gridDim.x) * T::kGroups) {
         const WorkItem item = next.item;
         const int kv_lo = next.kv_lo, kv_hi = next.kv_hi;
@@ -60,11 +69,14 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
             load_matrices_x4<false>(b, &tiles.k[staged_chunk<T>(lane % 8 + 8 * (lane / 16), 2 * i + lane / 8 % 2)]);
             mma_16x16x16<kDType>(s[0], s[1], a, b);
         }
-        // V's B fragments (B[k][n] = V[k][n], read transposed), two n tiles of 8 head dims each.
-        uint32_t vb[kChunks / 2][4];
+        // V's B fragments (B[k][n] = V[k][n], read transposed), two n tiles of 8 head dims each;
+        // with late values each part loads its own.
+        [[maybe_unused]] uint32_t vb[kLateValues ? 1 : kChunks / 2][4];
+        if constexpr (!kLateValues) {
 #pragma unroll
-        for (int c = 0; c < kChunks / 2; ++c) load_matrices_x4<true>(vb[c], &tiles.v[staged_chunk<T>(m_row, 2 * c + m_chunk)]);
-        // Every tile is read: the warp's next item's copies may go out.
+            for (int c = 0; c < kChunks / 2; ++c) load_matrices_x4<true>(vb[c], &tiles.v[staged_chunk<T>(m_row, 2 * c + m_chunk)]);
+        }
+        // Every tile the next item's copies write is read: they may go out.
         sync_warp();
         next = stage(first + int64_t(gridDim.x) * T::kGroups + warp_in_block);
 
@@ -112,26 +124,39 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
 
         // O = P V: acc[n] holds rows g (0, 1) and g + 8 (2, 3), head dims 8n + 2t (+1); times
         // 1 / sum into tiles.o by stmatrix, then two lanes a row store it.
-        float acc[kChunks][4] = {};
-#pragma unroll
-        for (int c = 0; c < kChunks / 2; ++c) mma_16x16x16<kDType>(acc[2 * c], acc[2 * c + 1], pa, vb[c]);
-#pragma unroll
-        for (int c = 0; c < kChunks / 2; ++c) {
-            const uint32_t words[4] = {
-                pack2<Numeric>(acc[2 * c][0] * inv[0], acc[2 * c][1] * inv[0]), pack2<Numeric>(acc[2 * c][2] * inv[1], acc[2 * c][3] * inv[1]),
-                pack2<Numeric>(acc[2 * c + 1][0] * inv[0], acc[2 * c + 1][1] * inv[0]),
-                pack2<Numeric>(acc[2 * c + 1][2] * inv[1], acc[2 * c + 1][3] * inv[1])};
-            store_matrices_x4<kDType>(words, &tiles.o[staged_chunk<T>(m_row, 2 * c + m_chunk)]);
-        }
-        sync_warp();  // tiles.o written
         const int r = lane / 2;
         WorkItem of_head;
         const QueryRow row = tile_row(r, of_head);
-        if (row.valid) {
-            uint4* const out = reinterpret_cast<uint4*>(row_start(static_cast<uint16_t*>(p.o), p.o_strides, nullptr, of_head.batch, row.head, row.position));
+        uint4* const out = reinterpret_cast<uint4*>(row_start(static_cast<uint16_t*>(p.o), p.o_strides, nullptr, of_head.batch, row.head, row.position));
 #pragma unroll
-            for (int c = lane % 2; c < kChunks; c += 2) out[c] = tiles.o[staged_chunk<T>(r, c)];
+        for (int part = 0; part < kOutputParts<T>; ++part) {
+            float acc[kPartChunks][4] = {};
+#pragma unroll
+            for (int c = 0; c < kPartChunks / 2; ++c) {
+                if constexpr (kLateValues) {
+                    uint32_t b[4];
+                    load_matrices_x4<true>(b, &tiles.v[staged_chunk<T>(m_row, part * kPartChunks + 2 * c + m_chunk)]);
+                    mma_16x16x16<kDType>(acc[2 * c], acc[2 * c + 1], pa, b);
+                } else {
+                    mma_16x16x16<kDType>(acc[2 * c], acc[2 * c + 1], pa, vb[c]);
+                }
+            }
+            if (part > 0) sync_warp();  // the previous part's rows are out of tiles.o
+#pragma unroll
+            for (int c = 0; c < kPartChunks / 2; ++c) {
+                const uint32_t words[4] = {
+                    pack2<Numeric>(acc[2 * c][0] * inv[0], acc[2 * c][1] * inv[0]), pack2<Numeric>(acc[2 * c][2] * inv[1], acc[2 * c][3] * inv[1]),
+                    pack2<Numeric>(acc[2 * c + 1][0] * inv[0], acc[2 * c + 1][1] * inv[0]),
+                    pack2<Numeric>(acc[2 * c + 1][2] * inv[1], acc[2 * c + 1][3] * inv[1])};
+                store_matrices_x4<kDType>(words, &tiles.o[part_chunk(m_row, 2 * c + m_chunk)]);
+            }
+            sync_warp();  // tiles.o written (and, the last part, every V read done)
+            if (row.valid) {
+#pragma unroll
+                for (int c = lane % 2; c < kPartChunks; c += 2) out[part * kPartChunks + c] = tiles.o[part_chunk(r, c)];
+            }
         }
+        if constexpr (kLateValues) copy_key_rows<T>(p, next, p.v, p.v_strides, tiles.v, lane);
     }
     copy_async_wait_all();  // the copies past the last item land before the block ends
 }

@@ -68,7 +68,7 @@ struct MmaTraits : BlockShape {
     static constexpr bool kStagesItems = StagesItems;
     static constexpr bool kShortKeys = StagesItems;  // one step: no loop, no key splits
     static constexpr bool kRowsAsM = RowsAsM;  // staged_rows_kernel
-    static_assert(!RowsAsM || (StagesItems && RowTiles == 2 && kHeadDim <= 128), "rows as M: staged items of 16 rows, up to d128");
+    static_assert(!RowsAsM || (StagesItems && RowTiles == 2), "rows as M: staged items of 16 rows");
     static_assert(HeadsPerTile == 1 || RowsAsM, "several KV heads a tile: staged_rows_kernel only");
     static constexpr Keys kKeys = Keys::many;
     static constexpr int kKeyRange = StagesItems ? kKeysPerStep : INT32_MAX;
@@ -217,42 +217,45 @@ __device__ inline QueryRow tile_query_row(const FwdParams& p, const Plan& plan, 
     return row;
 }
 
-// Staged items: copies the Q rows (T::kTileRows, into q_tile) and the K and V rows of the item at
-// `index` into a warp's tiles (zeros past its keys and rows; an index past the last item copies
-// only zeros). A tile of several KV heads (T::kHeadsPerTile) holds each head's T::kRows rows and
-// T::kKeySlots keys in turn: the item's head_kv is the tile's, its heads head_kv x heads a tile on.
+// The K or V rows of a staged item (`base`: p.k or p.v) into a warp's tile, zeros past its keys.
+// A tile of several KV heads (T::kHeadsPerTile) holds each head's T::kKeySlots keys in turn.
+template <class T>
+__device__ inline void copy_key_rows(const FwdParams& p, const ItemKeys& at, const void* base, const TensorStrides& strides,
+                                     uint4* tile, int lane) {
+    const auto* rows = static_cast<const uint16_t*>(base);
+    if constexpr (T::kHeadsPerTile == 1) {
+        const uint16_t* first = row_start(rows, strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
+        copy_rows<T, T::kKeysPerStep>(tile, lane, [&](int r) {
+            return GlobalRow{first + int64_t(r) * strides.row, at.kv_lo + r < at.kv_hi};
+        });
+    } else {
+        // Key slot s: key kv_lo + s % kKeySlots of the tile's head s / kKeySlots; a head past the
+        // last one copies zeros.
+        copy_rows<T, T::kKeysPerStep>(tile, lane, [&](int slot) {
+            const int head_kv = item_of_head<T>(at.item, slot / T::kKeySlots).head_kv, key = at.kv_lo + slot % T::kKeySlots;
+            return GlobalRow{row_start(rows, strides, nullptr, at.item.batch, head_kv, key), key < at.kv_hi && head_kv < p.heads_kv};
+        });
+    }
+}
+
+// Staged items: copies the Q rows (T::kTileRows, into q_tile) and the K rows of the item at
+// `index` into a warp's tiles, and its V rows unless v_tile is null (copy_key_rows later);
+// zeros past its keys and rows, and only zeros for an index past the last item. A tile of
+// several KV heads holds each head's T::kRows rows in turn: the item's head_kv is the tile's,
+// its heads head_kv x heads a tile on.
 template <class T, bool kMasked>
 __device__ inline ItemKeys stage_item(const FwdParams& p, const Plan& plan, int64_t index, uint4* q_tile, uint4* k_tile,
                                       uint4* v_tile, int lane) {
     ItemKeys at{locate<false, T::kHeadsPerTile>(p, plan, index)};
     pass_key_range<kMasked>(p, plan, at.item, T::kRows, at.kv_lo, at.kv_hi);
     const auto* q = static_cast<const uint16_t*>(p.q);
-    const auto* k = static_cast<const uint16_t*>(p.k);
-    const auto* v = static_cast<const uint16_t*>(p.v);
     copy_rows<T, T::kTileRows>(q_tile, lane, [&](int r) {
         WorkItem of_head;
         const QueryRow row = tile_query_row<T>(p, plan, at.item, r, of_head);
         return GlobalRow{row_start(q, p.q_strides, nullptr, of_head.batch, row.head, row.position), row.valid};
     });
-    if constexpr (T::kHeadsPerTile == 1) {
-        const uint16_t* k_rows = row_start(k, p.k_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
-        const uint16_t* v_rows = row_start(v, p.v_strides, nullptr, at.item.batch, at.item.head_kv, at.kv_lo);
-        copy_rows<T, T::kKeysPerStep>(k_tile, lane, [&](int r) {
-            return GlobalRow{k_rows + int64_t(r) * p.k_strides.row, at.kv_lo + r < at.kv_hi};
-        });
-        copy_rows<T, T::kKeysPerStep>(v_tile, lane, [&](int r) {
-            return GlobalRow{v_rows + int64_t(r) * p.v_strides.row, at.kv_lo + r < at.kv_hi};
-        });
-    } else {
-        // Key slot s: key kv_lo + s % kKeySlots of the tile's head s / kKeySlots; a head past the
-        // last one copies zeros.
-        auto key_row = [&](const uint16_t* base, const TensorStrides& strides, int slot) {
-            const int head_kv = item_of_head<T>(at.item, slot / T::kKeySlots).head_kv, key = at.kv_lo + slot % T::kKeySlots;
-            return GlobalRow{row_start(base, strides, nullptr, at.item.batch, head_kv, key), key < at.kv_hi && head_kv < p.heads_kv};
-        };
-        copy_rows<T, T::kKeysPerStep>(k_tile, lane, [&](int slot) { return key_row(k, p.k_strides, slot); });
-        copy_rows<T, T::kKeysPerStep>(v_tile, lane, [&](int slot) { return key_row(v, p.v_strides, slot); });
-    }
+    copy_key_rows<T>(p, at, p.k, p.k_strides, k_tile, lane);
+    if (v_tile != nullptr) copy_key_rows<T>(p, at, p.v, p.v_strides, v_tile, lane);
     return at;
 }
 
