@@ -590,6 +590,10 @@ GPU_RUNS = {
     "short_keys_12_rows_gqa": ["-b", "777", "-h", "32", "-gqa", "8", "-s", "3", "-s-q", "3", "-d", "128"],
     "short_keys_16_rows_causal": ["-b", "999", "-h", "16", "-s", "4", "-s-q", "16", "-d", "64", "-causal-mask"],
     "short_keys_d256_6_rows_loop": ["-b", "3000", "-h", "16", "-s", "4", "-s-q", "6", "-d", "256", "-causal-mask", "-bf16"],
+    # d256 on the rows-as-M kernel (O in two parts): 12 rows at 3 keys; 3 KV heads of 2 rows at 5
+    # keys in tiles of 2 heads (the last tile half empty)
+    "short_keys_d256_12_rows_as_m": ["-b", "777", "-h", "32", "-gqa", "8", "-s", "3", "-s-q", "3", "-d", "256"],
+    "short_keys_d256_2_heads_a_tile": ["-b", "1001", "-h", "6", "-gqa", "3", "-s", "5", "-s-q", "1", "-d", "256", "-bf16"],
 }
 # Runs that also ask for the log-sum-exps: each family, and each way the decode family merges
 # key splits (none, in shared memory, through the workspace and the combine kernel).
@@ -823,27 +827,32 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
 @pytest.mark.parametrize("args, expected", [
     (GPU_RUNS["config3"], r"short-keys variant \(1 query row\(s\) a pass\), 983040 work items .*; keys not split$"),
     (GPU_RUNS["gqa"], r"short-keys variant \(4 query row\(s\) a pass\), 245760 work items .*; keys not split$"),
-    # 3 to 8 keys and 3 to 7 rows per KV head beside warp MMAs (up to 12 rows and keys together
-    # at d64, 8 at d128): staged tiles of 2 or 4 KV heads; 3 to 16 keys otherwise: one step of a
-    # few-keys variant (d256 up to 2 rows per KV head; beside warp MMAs up to 2 rows), else the
-    # tensor-core variant's staged one-step form where the arch has warp MMAs (16 rows a pass for
-    # more than 8, at d64 with the rows as M up to 20 rows and keys); the serving options on long
-    # keys: the tensor-core variant where the plain launch takes it
+    # 3 to 8 keys and 3 to 7 rows per KV head beside warp MMAs (2 at d256; up to 12 rows and keys
+    # together at d64, 8 at d128 and d256): staged tiles of 2 or 4 KV heads; 3 to 16 keys
+    # otherwise: one step of a few-keys variant (d256 up to 2 rows per KV head; beside warp MMAs
+    # up to 2 rows), else the tensor-core variant's staged one-step form where the arch has warp
+    # MMAs (16 rows a pass for more than 8, at d64 and d256 with the rows as M up to 20 and 18
+    # rows and keys); the serving options on long keys: the tensor-core variant where the plain
+    # launch takes it
     (SHAPES["mha_d256_s8"].fmha_args(), r"few-keys \(up to 8\) variant \(1 query row\(s\) a pass\), \d+ work items .*; keys not split$"),
     (SHAPES["gqa_s8"].fmha_args(), r"tensor-core staged one-step variant \(8 query row\(s\) a pass\), \d+ work items of 32 lanes; keys not split$"),
     (["-b", "4096", "-h", "32", "-gqa", "8", "-s-q", "1", "-s", "4", "-d", "128"],
      r"tensor-core staged one-step variant \(4 KV heads a tile of 4 query row\(s\) a pass\), 8192 work items of 32 lanes; keys not split$"),
+    (GPU_RUNS["short_keys_d256_2_heads_a_tile"],
+     r"tensor-core staged one-step variant \(2 KV heads a tile of 2 query row\(s\) a pass\), 2002 work items of 32 lanes; keys not split$"),
     (["-b", "4096", "-h", "32", "-gqa", "16", "-s-q", "1", "-s", "6", "-d", "128"],
      r"few-keys \(up to 8\) variant \(2 query row\(s\) a pass\), 65536 work items of 16 lanes; keys not split$"),
     (SHAPES["gqa_s16"].fmha_args(), r"tensor-core staged one-step variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys not split$"),
     # one row per KV head up to 16 keys: the wide few-keys range; 12 rows at 3 keys: one staged
-    # pass of 16 (staged_row_tiles: up to d128; staged_rows_as_m: at d64)
+    # pass of 16 (staged_row_tiles: up to d128; staged_rows_as_m: at d64 and d256)
     (["-b", "4096", "-h", "16", "-s-q", "1", "-s", "12", "-d", "64"],
      r"few-keys \(up to 16\) variant \(1 query row\(s\) a pass\), 65536 work items of 16 lanes; keys not split$"),
     (["-b", "1024", "-h", "32", "-gqa", "8", "-s-q", "3", "-s", "3", "-d", "64"],
      r"tensor-core staged one-step variant \(rows as M, 16 query row\(s\) a pass\), 8192 work items of 32 lanes; keys not split$"),
     (["-b", "1024", "-h", "32", "-gqa", "8", "-s-q", "3", "-s", "3", "-d", "128"],
      r"tensor-core staged one-step variant \(16 query row\(s\) a pass\), 8192 work items of 32 lanes; keys not split$"),
+    (["-b", "1024", "-h", "32", "-gqa", "8", "-s-q", "3", "-s", "3", "-d", "256"],
+     r"tensor-core staged one-step variant \(rows as M, 16 query row\(s\) a pass\), 8192 work items of 32 lanes; keys not split$"),
     (SHAPES["long4k_paged16"].fmha_args(), r"tensor-core variant with paged KV \(8 query row\(s\) a pass\), .* merged in shared memory$"),
     (SHAPES["long4k_paged16"].fmha_args() + ["-alibi"],
      r"tensor-core variant with run-time options \(8 query row\(s\) a pass\), .* merged in shared memory$"),

@@ -65,7 +65,7 @@ TEST(SplitPlan, BlocksHoldWholeItemsOrWholeBlocksOfSplits) {
 }
 
 // Head dim 256 on warp MMAs where the arch has them: long key ranges, with run-time options
-// too; its few-keys ranges stay on CUDA cores (decode.h, kNarrowFewKeys).
+// too; its few-keys ranges for one row stay on CUDA cores (decode.h, kNarrowFewKeys).
 TEST(SplitPlan, HeadDim256LongKeysTakeWarpMmasWhereTheArchHasThem) {
     const auto variant = [](const FwdParams& p) {
         return decode::with_variant<Bf16Wide, wave_size(kArch)>(p, [](auto traits) {
@@ -77,9 +77,9 @@ TEST(SplitPlan, HeadDim256LongKeysTakeWarpMmasWhereTheArchHasThem) {
     EXPECT_EQ(variant(p), std::pair(has_mma_sync(kArch), decode::Keys::many));
     p.softcap = 30.f;
     EXPECT_EQ(variant(p), std::pair(has_mma_sync(kArch), decode::Keys::many));
-    p.softcap = 0.f, p.seqlen_kv = 5, p.heads_kv = p.heads_q / 2;  // 2 rows per KV head at 5 keys: the few-keys variant
+    p.softcap = 0.f, p.seqlen_kv = 5, p.heads_kv = p.heads_q;  // 1 row per KV head at 5 keys: the few-keys variant
     EXPECT_EQ(variant(p), std::pair(false, decode::Keys::few));
-    p.seqlen_kv = 6;  // from 6 keys the tensor-core loop, where there is one (decode/shape.h)
+    p.heads_kv = p.heads_q / 2;  // 2 rows: staged tiles of several KV heads, where there are warp MMAs (decode/shape.h)
     EXPECT_EQ(variant(p), has_mma_sync(kArch) ? std::pair(true, decode::Keys::many) : std::pair(false, decode::Keys::few));
 }
 
