@@ -839,7 +839,7 @@ def test_fmha_exe_checks_the_log_sum_exps(name):
     (["-b", "4096", "-h", "32", "-gqa", "8", "-s-q", "1", "-s", "4", "-d", "128"],
      r"tensor-core staged one-step variant \(4 KV heads a tile of 4 query row\(s\) a pass\), 8192 work items of 32 lanes; keys not split$"),
     (GPU_RUNS["short_keys_d256_2_heads_a_tile"],
-     r"tensor-core staged one-step variant \(2 KV heads a tile of 2 query row\(s\) a pass\), 2002 work items of 32 lanes; keys not split$"),
+     r"tensor-core staged one-step variant \(2 KV heads a tile of 8 query row\(s\) a pass\), 2002 work items of 32 lanes; keys not split$"),
     (["-b", "4096", "-h", "32", "-gqa", "16", "-s-q", "1", "-s", "6", "-d", "128"],
      r"few-keys \(up to 8\) variant \(2 query row\(s\) a pass\), 65536 work items of 16 lanes; keys not split$"),
     (SHAPES["gqa_s16"].fmha_args(), r"tensor-core staged one-step variant \(\d+ query row\(s\) a pass\), \d+ work items .*; keys not split$"),
