@@ -397,6 +397,14 @@ def test_compare_short_grid_counts_each_builds_best_run(tmp_path):
     assert lines[0].startswith("first: 24 of 32 at 0.9 of copy or better (d64 8, d128 16); 24 at 0.85;"), lines[0]
     assert lines[1].startswith("second: 16 of 32 at 0.9 of copy or better (d64 0, d128 16); 32 at 0.85;"), lines[1]
     assert lines[-1] == "   1 " + " ".join(["-0.05"] * 8 + ["+0.36"] * 8)
+    # --compose: the second build's points where the rule holds (d64 at 9-16 keys: 0.86), the first's elsewhere
+    composed = subprocess.run([sys.executable, "benchmarks/compare_short_grid.py", str(tmp_path / "a1.md"), str(tmp_path / "a2.md"),
+                               "--against", str(tmp_path / "b1.md"), "--compose", "d == 64 and keys > 8 and heads_kv == 16"],
+                              cwd=REPO, capture_output=True, text=True)
+    assert composed.returncode == 0, composed.stderr
+    assert composed.stdout.splitlines()[2].startswith(
+        "composed (d == 64 and keys > 8 and heads_kv == 16): 24 of 32 at 0.9 of copy or better (d64 8, d128 16); 32 at 0.85;"
+        " median 0.93; lowest 0.86"), composed.stdout
 
 
 @pytest.mark.parametrize("source, kernel, fails", [

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Two builds' short-key grids (decode_steps.py --part short tables, as tools/ab_short_grid.sh
 writes them): each point the best of a build's runs; the points at 0.9 and 0.85 of copy or better,
-by head dim; the points that moved most; and, for one head dim, the mean change by rows per KV head
-and key count.
+by head dim; the points that moved most; for one head dim, the mean change by rows per KV head
+and key count; and, for a rule read from those maps, the grid that keeps the second build's
+points where the rule holds and the first's elsewhere.
 
-    python3 benchmarks/compare_short_grid.py logs/short_main_*.md --against logs/short_change_*.md [--head-dim 128]
+    python3 benchmarks/compare_short_grid.py logs/short_main_*.md --against logs/short_change_*.md \
+        [--head-dim 128] [--compose "d == 256 and rows > 8 and keys >= 3 and rows + keys <= 18"]
 """
 import argparse
 import statistics
@@ -39,10 +41,20 @@ def main():
     parser.add_argument("tables", nargs="+", help="the first build's tables")
     parser.add_argument("--against", nargs="+", required=True, help="the second build's tables")
     parser.add_argument("--head-dim", type=int, help="the mean change by rows and keys at this head dim")
+    parser.add_argument("--compose", metavar="RULE",
+                        help="a Python expression of dtype, d, heads_kv, seqlen_q, rows and keys: where it holds, "
+                             "the second build's point, elsewhere the first's")
     options = parser.parse_args()
     first, second = best(options.tables), best(options.against)
     summary("first", first)
     summary("second", second)
+    if options.compose:
+        rule = compile(options.compose, "--compose", "eval")
+        def takes(point):
+            dtype, d, heads, seqlen_q, rows, keys = point
+            names = dict(dtype=dtype, d=d, heads_kv=int(heads.split("/")[1]), seqlen_q=seqlen_q, rows=rows, keys=keys)
+            return eval(rule, {}, names)
+        summary(f"composed ({options.compose})", {k: second[k] if takes(k) else first[k] for k in first})
     moves = sorted((second[k] - first[k], k) for k in first)
     for label, chosen in (("fell most", moves[:8]), ("rose most", moves[-8:][::-1])):
         print(f"{label}: " + "; ".join(f"{d:+.2f} {k[0]} d{k[1]} {k[2]} s_q {k[3]} keys {k[5]}" for d, k in chosen))
