@@ -46,7 +46,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
     // row l % 8 + 8 ((l / 8) % 2) of chunk l / 16 (the A operand's and C's order).
     const int m_row = lane % 8 + 8 * (lane / 8 % 2), m_chunk = lane / 16;
     auto stage = [&](int64_t index) { return stage_item<T, kMasked>(p, plan, index, tiles.q, tiles.k, kLateValues ? nullptr : tiles.v, lane); };
-    auto part_chunk = [](int r, int c) { return r * kPartChunks + (c ^ (r & 7)); };  // as staged_chunk
 
     ItemKeys next = stage(int64_t(blockIdx.x) * T::kGroups + warp_in_block);
     if constexpr (kLateValues) copy_key_rows<T>(p, next, p.v, p.v_strides, tiles.v, lane);
@@ -148,12 +147,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) staged_rows_kernel
                     pack2<Numeric>(acc[2 * c][0] * inv[0], acc[2 * c][1] * inv[0]), pack2<Numeric>(acc[2 * c][2] * inv[1], acc[2 * c][3] * inv[1]),
                     pack2<Numeric>(acc[2 * c + 1][0] * inv[0], acc[2 * c + 1][1] * inv[0]),
                     pack2<Numeric>(acc[2 * c + 1][2] * inv[1], acc[2 * c + 1][3] * inv[1])};
-                store_matrices_x4<kDType>(words, &tiles.o[part_chunk(m_row, 2 * c + m_chunk)]);
+                store_matrices_x4<kDType>(words, &tiles.o[staged_chunk<T, kPartChunks>(m_row, 2 * c + m_chunk)]);
             }
             sync_warp();  // tiles.o written (and, the last part, every V read done)
             if (row.valid) {
 #pragma unroll
-                for (int c = lane % 2; c < kPartChunks; c += 2) out[part * kPartChunks + c] = tiles.o[part_chunk(r, c)];
+                for (int c = lane % 2; c < kPartChunks; c += 2) out[part * kPartChunks + c] = tiles.o[staged_chunk<T, kPartChunks>(r, c)];
             }
         }
         if constexpr (kLateValues) copy_key_rows<T>(p, next, p.v, p.v_strides, tiles.v, lane);

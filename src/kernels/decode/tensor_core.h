@@ -100,10 +100,11 @@ __device__ inline uint32_t word(const uint4& v, int w) { return w == 0 ? v.x : w
 // Staged items' rows in shared memory, [row][16-byte chunk], the chunks of row r permuted by
 // an XOR with r & 7: the copies (a warp's lanes on consecutive chunks), the K and Q fragments'
 // matrix reads (ldmatrix: eight rows' chunk c a phase) and the V reads (8 lanes a phase: four
-// rows' 32 bytes) then meet no bank twice. The index of chunk c of row r:
-template <class T>
+// rows' 32 bytes) then meet no bank twice. The index of chunk c of row r, in rows of
+// kRowChunks chunks (a whole head dim's, or a part of it):
+template <class T, int kRowChunks = T::kHeadDim / 8>
 __device__ inline int staged_chunk(int r, int c) {
-    return r * (T::kHeadDim / 8) + (c ^ (r & 7));
+    return r * kRowChunks + (c ^ (r & 7));
 }
 
 // A lane's Q^T fragments (B of S^T = K Q^T), [row tile][vector]: in registers or, where

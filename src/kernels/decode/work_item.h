@@ -49,6 +49,8 @@ __device__ inline WorkItem locate(const FwdParams& p, const Plan& plan, int64_t 
     const int by_head = plan.by_kv_groups.divide(by_pass);
     item.split = i - by_split * plan.splits;
     item.pass = by_split - by_pass * plan.passes;
+    // (One head a tile: p.heads_kv, equal to the divisor; reading the plan's instead made ptxas
+    // spill d128's no-mask tensor-core kernels.)
     item.head_kv = by_pass - by_head * (kHeadsPerTile == 1 ? p.heads_kv : int(plan.by_kv_groups.divisor));
     item.batch = by_head;
     item.len_q = sequence_length(p.seqlens_q, packed_only<kMayBePacked>(p.cu_seqlens_q), item.batch, p.seqlen_q);
